@@ -1,0 +1,19 @@
+"""Shared pytest setup: run from the repo root, CPU only. `python -m pytest -q tests`."""
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from common import data_dir  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def data():
+    """The reference data folder ($FGRPO_DATA or ../shared/data); skip when it is missing."""
+    d = data_dir()
+    if not d.is_dir():
+        pytest.skip(f"reference data not found at {d}; set FGRPO_DATA")
+    return d
