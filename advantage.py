@@ -1,0 +1,254 @@
+"""
+The paper's math as pure functions: no I/O, no state, no imports of ours.
+
+    python advantage.py          # prints the N = 8 focal-weight table of PAPER.md §3.2 and m_gamma
+
+What lives here, by equation of arXiv 2602.06717 (v2):
+    group_advantages       Eq. 3          A_i = (R_i - mean R) / (std R + eps)
+    success_rate           Eq. 11         mu_hat = (mean R - R_w) / (R_c - R_w) = X / N
+    focal_weight           Eq. 12         g = (1 - mu_hat)^gamma
+    focal_advantages       Eq. 13         A_i^F = g * A_i
+    policy_loss            Eqs. 14-16     GRPO / DAPO clip, CISPO sg(clip(r)) * A * log pi, token-mean
+    kl_k3, entropy_from_logits            GRPO-KL and GRPO-H controls (Sec. 5.6)
+    ds_grpo_advantages                    DS-GRPO control: a best guess, the paper gives no formula
+    low_lr_multiplier                     m_gamma of the low-LR control (Appendix N)
+    tail_miss_probability  Lemma 3.1      Pr(active group that misses a rare correct subset E)
+
+Choices the paper leaves open (PAPER.md §10), all verl defaults since the paper ran verl:
+1) std in Eq. 3 is the unbiased (N-1) one and eps = 1e-6.
+2) log-ratio clamped to +-20 before exp; a dual clip c = 3 caps the loss of A < 0 tokens (GRPO/DAPO).
+3) token-mean over the whole optimizer mini-batch: pass the global token count as num_tokens.
+"""
+import math
+
+import numpy as np
+import torch
+
+# Clip widths (eps_low, eps_high) per loss, PAPER.md §3.3 / Appendix L.2. CISPO's are the bounds of the
+# importance weight, 1 - 1.0 = 0 and 1 + 5.0 = 6, not a PPO-sized clip (IMPLEMENTATION_NOTES §1.4).
+CLIP_EPS = {"grpo": (0.2, 0.2), "dapo": (0.2, 0.28), "cispo": (1.0, 5.0)}
+
+
+# -----------------------------------------------------------------------------
+# Group advantages and the focal weight (Eqs. 3, 11-13)
+
+def group_advantages(rewards, normalize_std=True, eps=1e-6):
+    """GRPO group-relative advantage, Eq. 3.
+
+    A_i = (R_i - mean_j R_j) / (std_j R_j + eps), std unbiased (N - 1).
+    normalize_std=False gives the mean-only form A_i = R_i - mean R (the simulation's, PAPER §5).
+    A group whose rewards are all equal (X = 0 or X = N) gets exactly 0: it carries no signal.
+    rewards: (G, N), one row per prompt group  ->  (G, N)
+    """
+    R = torch.as_tensor(rewards)
+    R = R if R.is_floating_point() else R.float()
+    if R.ndim != 2:
+        raise ValueError(f"rewards must be (num_groups, N), got shape {tuple(R.shape)}")
+    adv = R - R.mean(dim=1, keepdim=True)                                  # (G, N)
+    if normalize_std and R.shape[1] > 1:
+        adv = adv / (R.std(dim=1, keepdim=True) + eps)                     # unbiased std
+    # Write exact zeros for uniform groups: the mean of equal floats need not round back to them,
+    # and we promise downstream code (and the zero-variance metrics) that A == 0 there.
+    uniform = (R == R[:, :1]).all(dim=1, keepdim=True)                     # (G, 1)
+    return adv.masked_fill(uniform, 0.0)
+
+
+def success_rate(rewards, r_correct=1.0, r_wrong=0.0):
+    """Empirical success rate of each group, Eq. 11: mu_hat = (mean R - R_w) / (R_c - R_w) = X / N.
+
+    With two reward levels this is the fraction of correct rollouts; it is computed from the very
+    rollouts whose advantages it scales (no smoothing, nothing carried between steps).
+    rewards: (G, N)  ->  (G,)
+    """
+    if not r_correct > r_wrong:
+        raise ValueError(f"need r_correct > r_wrong, got {r_correct} and {r_wrong}")
+    R = torch.as_tensor(rewards)
+    R = R if R.is_floating_point() else R.float()
+    return (R.mean(dim=1) - r_wrong) / (r_correct - r_wrong)
+
+
+def focal_weight(success_rate, gamma):
+    """Focal weight of a group, Eq. 12: g = (1 - mu_hat)^gamma. gamma = 0 gives exactly 1 (plain GRPO).
+
+    Works on a float, a numpy array or a tensor, and returns the same kind.
+    Groups the policy already solves (mu_hat near 1) get g near 0: they are the ones whose updates
+    concentrate probability on the sampled correct answers (PAPER §4.4).
+    """
+    if gamma < 0:
+        raise ValueError(f"gamma must be >= 0, got {gamma}")
+    if torch.is_tensor(success_rate):
+        return (1.0 - success_rate).clamp(min=0.0) ** gamma
+    if isinstance(success_rate, np.ndarray):
+        return np.clip(1.0 - success_rate, 0.0, None) ** gamma
+    return max(1.0 - float(success_rate), 0.0) ** gamma
+
+
+def focal_advantages(rewards, gamma, normalize_std=True, eps=1e-6, r_correct=1.0, r_wrong=0.0):
+    """F-GRPO advantage, Eq. 13: A_i^F = g(x) * A_i^GRPO, one g per group.
+
+    g multiplies AFTER the z-score. Scaling the rewards by g instead would do nothing: a per-group
+    constant cancels in (R - mean) / std.
+    rewards: (G, N)  ->  (advantages (G, N), g (G,))
+    """
+    g = focal_weight(success_rate(rewards, r_correct, r_wrong), gamma)              # (G,)
+    return g[:, None] * group_advantages(rewards, normalize_std, eps), g
+
+
+def ds_grpo_advantages(rewards, mean_logp_old, c_pos=0.05, c_neg=0.05, r_correct=1.0, eps=1e-6):
+    """DS-GRPO control (Gai et al. 2025), BEST GUESS: the paper describes it only in words.
+
+    A_i = z_i - c+ [correct] lbar_i + c- [incorrect] lbar_i, where z is the group z-score with the
+    POPULATION std and lbar_i is rollout i's length-averaged log-prob under pi_old (PAPER.md §3.4,
+    from the one public implementation found). lbar < 0, so rare correct rollouts gain and rare
+    wrong ones lose. Note that, unlike GRPO, uniform groups get non-zero advantages here.
+    rewards, mean_logp_old: (G, N)  ->  (G, N)
+    """
+    R = torch.as_tensor(rewards)
+    R = R if R.is_floating_point() else R.float()
+    lbar = torch.as_tensor(mean_logp_old, dtype=R.dtype)
+    z = (R - R.mean(1, keepdim=True)) / (R.std(1, keepdim=True, correction=0) + eps)
+    correct = (R == r_correct).to(R.dtype)
+    return z - c_pos * correct * lbar + c_neg * (1 - correct) * lbar
+
+
+def low_lr_multiplier(gamma):
+    """m_gamma of the GRPO low-LR control (Appendix N): the average shrink of |A| under the focal weight.
+
+    With binary rewards the mean |A| of a group at success rate mu scales as sqrt(mu (1 - mu)), so
+    m_gamma = int (1-mu)^gamma sqrt(mu(1-mu)) dmu / int sqrt(mu(1-mu)) dmu
+            = B(3/2, gamma + 3/2) / B(3/2, 3/2) = 4/sqrt(pi) * Gamma(gamma + 3/2) / Gamma(gamma + 3).
+    m_0.5 = 0.6791 (lr 1e-6 -> 6.8e-7), m_1 = 0.5, m_2 = 0.3125.
+    """
+    if gamma < 0:
+        raise ValueError(f"gamma must be >= 0, got {gamma}")
+    return 4 / math.sqrt(math.pi) * math.exp(math.lgamma(gamma + 1.5) - math.lgamma(gamma + 3))
+
+
+# -----------------------------------------------------------------------------
+# Per-token losses (Eqs. 14-16) and token-mean aggregation
+
+def clip_bounds(loss_type, eps_low=None, eps_high=None):
+    """(lo, hi) = (1 - eps_low, 1 + eps_high) for a loss, the paper's widths unless overridden."""
+    if loss_type not in CLIP_EPS:
+        raise ValueError(f"loss_type {loss_type!r}: expected one of {sorted(CLIP_EPS)}")
+    d_low, d_high = CLIP_EPS[loss_type]
+    lo = 1.0 - (d_low if eps_low is None else eps_low)
+    hi = 1.0 + (d_high if eps_high is None else eps_high)
+    if not lo <= 1.0 <= hi:
+        raise ValueError(f"{loss_type} clip bounds [{lo}, {hi}] must contain 1")
+    return lo, hi
+
+
+def token_mean(x, mask, num_tokens=None):
+    """sum(x * mask) / num_tokens. num_tokens defaults to mask.sum().
+
+    For a true token mean over a mini-batch split into micro-batches and data-parallel ranks, pass
+    the GLOBAL response-token count of the mini-batch: then the per-micro-batch values add up to the
+    exact mean (PAPER §3.3). Dividing each micro-batch by its own count gives a mean of means, which
+    is wrong whenever response lengths differ (IMPLEMENTATION_NOTES §1.5).
+    """
+    if num_tokens is None:
+        num_tokens = mask.sum()
+    return (x * mask).sum() / num_tokens
+
+
+def policy_loss(logp, old_logp, advantages, mask, loss_type="grpo", eps_low=None, eps_high=None,
+                dual_clip=3.0, num_tokens=None):
+    """Token-mean policy loss (to minimise) of GRPO / DAPO (Eq. 14) or CISPO (Eqs. 15-16).
+
+    r = pi_theta / pi_old = exp(clamp(logp - old_logp, -20, 20))
+    grpo, dapo:  l = max(-A r, -A clip(r, 1 - eps_low, 1 + eps_high)), and for A < 0 also
+                 l = min(l, -A c) (dual clip, c = dual_clip). Widths 0.2/0.2 (GRPO), 0.2/0.28 (DAPO).
+    cispo:       l = -sg(clip(r, 1 - eps_low, 1 + eps_high)) A log pi, widths 1.0/5.0: weight in [0, 6].
+    F-variants need nothing here: pass the focal advantages.
+
+    logp, old_logp, mask: (B, T) per response token; advantages: (B,) per sequence or (B, T).
+    num_tokens: the global token count of the optimizer mini-batch (see token_mean).
+    Returns (loss, diagnostics). Each diagnostic except ratio/max is a token-mean over the same
+    num_tokens, so summing it over micro-batches and ranks gives the mini-batch fraction.
+    """
+    lo, hi = clip_bounds(loss_type, eps_low, eps_high)
+    A = advantages[:, None] if advantages.ndim == 1 else advantages                  # (B, 1) or (B, T)
+    mask = mask.to(logp.dtype)
+    ratio = torch.exp((logp - old_logp).clamp(-20.0, 20.0))                         # (B, T)
+    if loss_type == "cispo":
+        w = ratio.clamp(lo, hi).detach()                  # stop-gradient: a constant weight per token
+        per_tok = -w * A * logp                           # the gradient flows only through log pi
+        flags = {"cispo/at_lo": ratio < lo, "cispo/at_hi": ratio > hi}
+    else:
+        clipped = ratio.clamp(lo, hi)
+        per_tok = torch.maximum(-A * ratio, -A * clipped)                            # Eq. 14, negated
+        # Dual clip: for A < 0 a huge ratio would make the loss unbounded; cap it at |A| c (verl).
+        per_tok = torch.where(A < 0, torch.minimum(per_tok, -A * dual_clip), per_tok)
+        flags = {"clip/low": (A < 0) & (ratio < lo), "clip/high": (A > 0) & (ratio > hi),
+                 "clip/dual": (A < 0) & (ratio > dual_clip)}
+    loss = token_mean(per_tok, mask, num_tokens)
+    with torch.no_grad():
+        diag = {k: token_mean(v.to(logp.dtype), mask, num_tokens) for k, v in flags.items()}
+        diag["ratio/mean"] = token_mean(ratio, mask, num_tokens)
+        diag["ratio/max"] = (ratio * mask).max() if mask.any() else ratio.new_zeros(())
+    return loss, diag
+
+
+def kl_k3(logp, ref_logp):
+    """Per-token k3 estimate of KL(pi_theta || pi_ref) (Schulman's "k3", verl's low_var_kl).
+
+    k3 = exp(d) - d - 1 with d = log pi_ref - log pi_theta, unbiased and >= 0; clamped like verl
+    (d to +-20, k3 to [-10, 10]) so one outlier token cannot dominate. Aggregate with token_mean.
+    """
+    d = (ref_logp - logp).clamp(-20.0, 20.0)
+    return (torch.exp(d) - d - 1).clamp(-10.0, 10.0)
+
+
+def entropy_from_logits(logits):
+    """Per-token entropy H = logsumexp(z) - sum softmax(z) z of the policy. (..., V) -> (...)
+
+    Pass logits already divided by the sampling temperature. For large vocabularies call it on
+    chunks of tokens: it materialises one (tokens, V) softmax.
+    """
+    logits = logits.float()
+    return torch.logsumexp(logits, dim=-1) - (torch.softmax(logits, dim=-1) * logits).sum(dim=-1)
+
+
+# -----------------------------------------------------------------------------
+# Lemma 3.1: the tail-miss probability
+
+def tail_miss_probability(mu_pos, tau, n):
+    """Pr(B_{E,N}) of Lemma 3.1: the group is active (0 < X < N) yet no rollout lands in E.
+
+    Pr(B) = (1 - tau)^N - (mu_pos - tau)^N - (1 - mu_pos)^N, for 0 < tau < mu_pos <= 1, N >= 1.
+    The first term is "no rollout in E"; from it we subtract the two inactive ways of missing E:
+    all rollouts correct but outside E, and all rollouts wrong. Broadcasts over numpy arrays.
+    """
+    mu, tau, n = (np.asarray(x, dtype=np.float64) for x in (mu_pos, tau, n))
+    if np.any(tau <= 0) or np.any(tau >= mu) or np.any(mu > 1):
+        raise ValueError("need 0 < tau < mu_pos <= 1")
+    if np.any(n < 1):
+        raise ValueError("need N >= 1")
+    return (1 - tau) ** n - (mu - tau) ** n - (1 - mu) ** n
+
+
+def tail_miss_argmax(mu_pos, tau, n_max=1 << 17):
+    """Integer argmax over N = 1..n_max of the tail-miss probability, and the peak value.
+
+    There is no closed form (PAPER §4.1), so we evaluate every N: 131,072 values cost microseconds.
+    """
+    n = np.arange(1, n_max + 1)
+    p = tail_miss_probability(mu_pos, tau, n)
+    i = int(np.argmax(p))
+    return int(n[i]), float(p[i])
+
+
+if __name__ == "__main__":
+    N = 8
+    X = torch.arange(1, N)
+    rewards = (torch.arange(N)[None, :] < X[:, None]).float()                      # (7, 8), X correct
+    A = group_advantages(rewards)
+    print(f"N = {N}, rewards 1/0, unbiased std (PAPER.md §3.2)")
+    print("X correct of 8 " + "".join(f"{int(x):>8d}" for x in X))
+    for gamma in (0.5, 1.0, 2.0):
+        g = focal_weight(success_rate(rewards), gamma)
+        print(f"g, gamma={gamma:<4}   " + "".join(f"{v:8.3f}" for v in g.tolist()))
+    print("A+ before g    " + "".join(f"{A[i, 0]:8.3f}" for i in range(N - 1)))
+    print("A- before g    " + "".join(f"{A[i, -1]:8.3f}" for i in range(N - 1)))
+    print("m_gamma: " + ", ".join(f"m_{g} = {low_lr_multiplier(g):.4f}" for g in (0.5, 1.0, 2.0)))
