@@ -1,0 +1,151 @@
+"""rollout.py: the engine samples what it says it samples. `python -m pytest -q tests/test_rollout.py`"""
+import math
+
+import pytest
+import torch
+from transformers import Qwen2Config, Qwen2ForCausalLM
+
+from rollout import (TorchEngine, completion_logprobs, make_buckets, mix_seed, pack,
+                     sample_from_uniform, sampling_logprobs, sync_weights)
+
+V, STOP = 16, 1
+
+
+def tiny_model(seed=0, vocab=V):
+    torch.manual_seed(seed)
+    cfg = Qwen2Config(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
+                      tie_word_embeddings=True)
+    model = Qwen2ForCausalLM(cfg)
+    with torch.no_grad():                        # spread the logits (random init is near uniform)
+        model.lm_head.weight.mul_(3.0)
+    return model.eval()
+
+
+PROMPTS = [[3, 4, 5, 6, 7, 8, 9], [10, 11], [12, 13, 14, 2, 5]]          # uneven: left padding
+
+
+def test_engine_logprobs_match_trainer_forward():
+    """KV cache, left padding, position ids and row compaction are all right iff the log-probs the
+    engine reports equal a fresh full forward pass over prompt + completion."""
+    model = tiny_model()
+    engine = TorchEngine(model, pad_token_id=0)
+    r = engine.generate(PROMPTS, n=4, seeds=[1, 2, 3], max_new_tokens=12, stop_token_ids=[STOP])
+    assert "stop" in r.finish_reason and "length" in r.finish_reason      # both paths exercised
+    lens = {len(t) for t in r.token_ids}
+    assert len(lens) > 2                                                  # rows left at different steps
+    prompts = [PROMPTS[i] for i in r.prompt_index]
+    ref = completion_logprobs(model, prompts, r.token_ids, pad_token_id=0, batch_size=5)
+    for got, want in zip(r.logprobs, ref):
+        assert torch.allclose(torch.tensor(got), want, atol=1e-5)
+
+
+def test_completions_are_keyed_by_seed_not_batch():
+    model = tiny_model()
+    kw = dict(max_new_tokens=10, stop_token_ids=[STOP])
+    together = TorchEngine(model, 0).generate(PROMPTS, n=3, seeds=[7, 8, 9], **kw)
+    alone = TorchEngine(model, 0).generate(PROMPTS[1:2], n=3, seeds=[8], **kw)
+    chunked = TorchEngine(model, 0, max_batch_size=3).generate(PROMPTS, n=3, seeds=[7, 8, 9], **kw)
+    assert together.token_ids[3:6] == alone.token_ids
+    assert together.token_ids == chunked.token_ids
+    assert together.prompt_index == [0, 0, 0, 1, 1, 1, 2, 2, 2] == chunked.prompt_index
+    assert len({tuple(t) for t in together.token_ids[3:6]}) > 1          # samples of a prompt differ
+    other = TorchEngine(model, 0).generate(PROMPTS[1:2], n=3, seeds=[9], **kw)
+    assert other.token_ids != alone.token_ids
+
+
+def test_finish_reasons():
+    model = tiny_model()
+    r = TorchEngine(model, 0).generate(PROMPTS, n=8, seeds=[1, 2, 3], max_new_tokens=6,
+                                       stop_token_ids=[STOP])
+    for toks, why in zip(r.token_ids, r.finish_reason):
+        if why == "stop":
+            assert toks[-1] == STOP and STOP not in toks[:-1]
+        else:
+            assert len(toks) == 6 and STOP not in toks
+
+
+def test_first_token_distribution():
+    """Frequencies of the first sampled token over 4,000 seeds match softmax(logits) within 4 sigma."""
+    model = tiny_model(seed=1)
+    prompt = [3, 4, 5]
+    with torch.no_grad():
+        p = torch.softmax(model(torch.tensor([prompt])).logits[0, -1], -1)
+    r = TorchEngine(model, 0, max_batch_size=4000).generate([prompt], n=4000, seeds=[0],
+                                                            max_new_tokens=1, stop_token_ids=[])
+    freq = torch.bincount(torch.tensor([t[0] for t in r.token_ids]), minlength=V).double() / 4000
+    sigma = (p * (1 - p) / 4000).sqrt().double()
+    assert ((freq - p.double()).abs() <= 4 * sigma + 1e-3).all()
+
+
+def test_sampling_logprobs_filters():
+    logits = torch.log(torch.tensor([[0.5, 0.25, 0.15, 0.1]]))
+    assert torch.allclose(sampling_logprobs(logits).exp(), logits.exp())
+    k2 = sampling_logprobs(logits, top_k=2).exp()
+    assert torch.allclose(k2, torch.tensor([[2 / 3, 1 / 3, 0, 0]]))
+    p = sampling_logprobs(logits, top_p=0.7).exp()                   # 0.5 < 0.7 <= 0.75: keep two
+    assert torch.allclose(p, torch.tensor([[2 / 3, 1 / 3, 0, 0]]))
+    assert torch.allclose(sampling_logprobs(logits, top_p=0.3).exp(), torch.tensor([[1., 0, 0, 0]]))
+    t2 = sampling_logprobs(logits, temperature=2.0).exp()
+    assert torch.allclose(t2, torch.softmax(logits / 2, -1))
+
+
+def test_inverse_cdf_sampling():
+    logp = torch.log(torch.tensor([[0.0, 0.5, 0.0, 0.5]]).expand(4, 4))
+    u = torch.tensor([0.0, 0.49, 0.5, 0.999999])
+    assert sample_from_uniform(logp, u).tolist() == [1, 1, 3, 3]      # zero-mass tokens never drawn
+
+
+def test_mix_seed_is_stable_and_spread():
+    assert mix_seed(1, 2, 3) == mix_seed(1, 2, 3)
+    assert len({mix_seed(0, 0, i) for i in range(1000)}) == 1000
+    assert 0 <= mix_seed(2**70, -5) < 2**63
+
+
+def test_pack_layout():
+    b = pack([[5, 6, 7], [8]], [[1, 2], [3, 4, 5]], pad_token_id=0)
+    assert b["input_ids"].tolist() == [[5, 6, 7, 1, 2, 0], [0, 0, 8, 3, 4, 5]]
+    assert b["position_ids"].tolist()[1][2:] == [0, 1, 2, 3]
+    assert b["completion_mask"].tolist() == [[True, True, False], [True, True, True]]
+
+
+def test_buckets_and_sync():
+    named = [(f"w{i}", torch.zeros(n)) for i, n in enumerate([10, 30, 5, 100, 7, 7])]   # float32
+    buckets = list(make_buckets(iter(named), max_bytes=160))
+    assert [n for b in buckets for n, _ in b] == [n for n, _ in named]          # each exactly once
+    for b in buckets:
+        size = sum(t.numel() * 4 for _, t in b)
+        assert size <= 160 or len(b) == 1                                      # oversized travels alone
+
+    class FakeEngine:
+        def __init__(self):
+            self.calls = []
+
+        def load_weights(self, bucket):
+            self.calls.append(("load", [n for n, _ in bucket]))
+
+        def reset_prefix_cache(self):
+            self.calls.append(("reset", None))
+
+    model = tiny_model()
+    fake = FakeEngine()
+    sync_weights(model, fake, bucket_bytes=4096)
+    names = [n for kind, b in fake.calls if kind == "load" for n in b]
+    assert names == list(model.state_dict()) and fake.calls[-1] == ("reset", None)
+
+    engine = TorchEngine(tiny_model(seed=5), 0)
+    sync_weights(model, engine)
+    for (n, a), (_, b) in zip(model.state_dict().items(), engine.model.state_dict().items()):
+        assert torch.equal(a, b), n
+    with pytest.raises(KeyError, match="no tensor named"):
+        engine.load_weights([("not.a.weight", torch.zeros(1))])
+
+
+def test_bad_inputs():
+    engine = TorchEngine(tiny_model(), 0)
+    with pytest.raises(ValueError, match="one seed per prompt"):
+        engine.generate(PROMPTS, n=2, seeds=[1], max_new_tokens=2, stop_token_ids=[STOP])
+    with pytest.raises(ValueError, match="empty prompt"):
+        engine.generate([[]], n=2, seeds=[1], max_new_tokens=2, stop_token_ids=[STOP])
+    assert math.isfinite(sum(engine.generate([[3]], 1, [0], max_new_tokens=2,
+                                             stop_token_ids=[STOP]).logprobs[0]))
