@@ -1,0 +1,428 @@
+"""
+Evaluation as in PAPER §8: unbiased pass@k on six math and three out-of-domain benchmarks, the
+paired m-out-of-n subsampling test between two runs, and Delta NLL_rare.
+
+    python evaluate.py --model tiny --benchmarks math500 gpqa --n 4 --max_problems 2 --max_new_tokens 16 \
+        --out runs/eval/tiny.json                                                             # CPU smoke test
+    python evaluate.py --model Qwen/Qwen2.5-7B --device cuda --out runs/eval/qwen25_base.json     # n = 1024, all
+    python evaluate.py --mode compare --inputs runs/eval/grpo.json runs/eval/fgrpo.json --out runs/eval/cmp.json
+    python evaluate.py --mode report --inputs runs/eval/grpo.json runs/eval/fgrpo.json --out runs/eval/table1
+    python evaluate.py --mode rare_select --model Qwen/Qwen2.5-7B --device cuda --out runs/eval/rare_set.json
+    python evaluate.py --mode rare_score --model runs/fgrpo/epoch5 --rare runs/eval/rare_set.json \
+        --out runs/eval/rare_fgrpo.json
+
+Modes: eval writes one JSON with every problem's (n, c), so pass@k can be recomputed without sampling,
+plus pass@k for k = 1, 2, 4, ..., n per benchmark and the averages, and a Table-1-style .md beside it;
+compare runs the significance test on two such files (B minus A); report writes a table (.md) and a
+pass@k-curve plot (.png) for several files; rare_select / rare_score are the two halves of Delta NLL_rare.
+
+Choices the paper leaves open:
+1) Averages are unweighted means over the benchmarks present (6 math; OOD is IFEval + GPQA here:
+   SynLogic's data is not available offline, so it is reported as skipped and OOD averages 2, not 3).
+2) Seeds come from the data: problem i of benchmark b samples with crc32("seed:b:i"), so a slice
+   (--max_problems) draws the same samples as the full run for the problems it keeps.
+3) Eval gold answers are never dropped: GOLD_FIXES rewrites the 5 that math-verify cannot read or
+   misreads (IMPLEMENTATION_NOTES §4); 2 Minerva golds stay string-only (exact match).
+4) The significance test draws each model's subsample independently; the interval is the 2.5-97.5
+   percentiles of (B - A) over the iterations, and "mean diff" is the mean over iterations.
+"""
+import json
+import math
+import random
+import zlib
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+import reward
+from common import atomic_write_json, atomic_write_text, check, data_dir, parse_config
+
+# name -> (file under data_dir()/eval, task). Table 1 orders them as MATH then OOD.
+BENCHMARKS = {
+    "aime24": ("aime24.jsonl", "math"), "aime25": ("aime25.jsonl", "math"),
+    "amc23": ("amc23.jsonl", "math"), "math500": ("math500.jsonl", "math"),
+    "minerva": ("minerva_math.jsonl", "math"), "olympiadbench": ("olympiadbench.jsonl", "math"),
+    "ifeval": ("ifeval.jsonl", "ifeval"), "synlogic": (None, "synlogic"), "gpqa": ("gpqa/dataset.zip", "gpqa"),
+}
+MATH = ("aime24", "aime25", "amc23", "math500", "minerva", "olympiadbench")
+OOD = ("ifeval", "synlogic", "gpqa")
+LABELS = {"aime24": "AIME24", "aime25": "AIME25", "amc23": "AMC23", "math500": "MATH500", "minerva": "Minerva",
+          "olympiadbench": "Olympiad", "ifeval": "IFEval", "synlogic": "SynLogic", "gpqa": "GPQA-D"}
+SYNLOGIC_MSG = ("synlogic: skipped. Its eval split (SynLogic-Val) exists only on the Hugging Face hub and "
+                "is not in the data folder; the OOD average covers IFEval and GPQA only.")
+# (benchmark, row index) -> gold that math-verify parses as intended (choice 3)
+GOLD_FIXES = {("minerva", 5): "\\arcsin(10/13)", ("minerva", 38): "-1/3", ("minerva", 49): "-3/2",
+              ("olympiadbench", 34): "n^{2}-n-1", ("olympiadbench", 96): "(0,4]"}
+
+
+@dataclass
+class Config:
+    mode: str = "eval"             # eval | compare | report | rare_select | rare_score
+    model: str = "Qwen/Qwen2.5-7B" # HF id or local dir; "tiny" = random 2-layer Qwen2 + the real Qwen2.5 tokenizer
+    family: str = "auto"           # qwen2.5 | qwen3 | llama3 (prompts, stop tokens, length); auto = from the model
+    benchmarks: tuple[str, ...] = MATH + OOD
+    n: int = 1024                  # samples per problem (PAPER §8)
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0                 # 0 = off
+    max_new_tokens: int = 0        # 0 = the family's length: 8192 (Qwen2.5, Llama) or 4096 (Qwen3)
+    max_problems: int = 0          # 0 = all; else the first max_problems of each benchmark
+    prompts_per_call: int = 8      # prompts per engine.generate call (each gives n completions)
+    engine: str = "torch"          # torch | vllm (rollout.make_engine)
+    device: str = "cpu"
+    seed: int = 0
+    workers: int = 2               # math-verify worker processes
+    inputs: tuple[str, ...] = ()   # compare (exactly 2: A then B) / report: result files
+    m: int = 256                   # compare: subsample size (PAPER §8)
+    iters: int = 50_000            # compare: subsampling iterations
+    data: str = ""                 # rare_select: training jsonl; "" = data_dir()/train/deepscaler_partial.jsonl
+    rare: str = ""                 # rare_score: the file rare_select wrote
+    rare_prompts: int = 256
+    rare_samples: int = 800
+    rare_frac: float = 0.01        # top 1% by base NLL among correct rollouts
+    out: str = "runs/eval/result.json"
+
+    def __post_init__(self):
+        check(self.mode in ("eval", "compare", "report", "rare_select", "rare_score"), f"--mode {self.mode!r}: unknown")
+        unknown = [b for b in self.benchmarks if b not in BENCHMARKS]
+        check(not unknown, f"--benchmarks: unknown {unknown}; choose from {list(BENCHMARKS)}")
+        check(self.n >= 1, "--n must be >= 1")
+        check(self.family in ("auto", *reward.FAMILIES), f"--family {self.family!r}: unknown")
+        check(self.mode != "compare" or len(self.inputs) == 2, "--inputs: compare needs exactly two result files")
+        check(self.mode != "report" or len(self.inputs) >= 1, "--inputs: report needs at least one result file")
+        check(self.mode != "rare_score" or self.rare, "--rare: rare_score needs the rare_select output")
+
+
+# -----------------------------------------------------------------------------
+# pass@k (Chen et al. 2021; PAPER §8, Eq. 27; IMPLEMENTATION_NOTES §3)
+
+def pass_at_k(n, c, k):
+    """Unbiased pass@k of one problem with c correct out of n: 1 - C(n-c, k) / C(n, k).
+
+    Product form: C(n-c, k) / C(n, k) = prod_{i=n-c+1}^{n} (1 - k / i), no huge binomials.
+    It is the mean over all k-subsets of the n samples of "some member is correct".
+    """
+    if not 1 <= k <= n:
+        raise ValueError(f"pass@k needs 1 <= k <= n; got k={k}, n={n}")
+    if not 0 <= c <= n:
+        raise ValueError(f"need 0 <= c <= n; got c={c}, n={n}")
+    if n - c < k:                                   # every k-subset holds a correct sample
+        return 1.0
+    i = np.arange(n - c + 1, n + 1, dtype=np.float64)
+    return 1.0 - float(np.prod(1.0 - k / i))
+
+
+def pass_at_k_table(n, k):
+    """pass@k for every c = 0..n at once, shape (n+1,): index it with an array of counts.
+
+    ratio[c] = prod_{j<c} (1 - k / (n - j)) is the same product built up one factor per c; it hits
+    exactly 0 at c = n - k + 1, which is where pass@k becomes 1.
+    """
+    if not 1 <= k <= n:
+        raise ValueError(f"pass@k needs 1 <= k <= n; got k={k}, n={n}")
+    ratio = np.concatenate([[1.0], np.cumprod(1.0 - k / np.arange(n, 0, -1, dtype=np.float64))])
+    return 1.0 - np.clip(ratio, 0.0, 1.0)
+
+
+def ks_up_to(n):
+    """k = 1, 2, 4, ... <= n, and n itself."""
+    ks = [2 ** i for i in range(int(math.log2(n)) + 1)]
+    return ks + ([n] if ks[-1] != n else [])
+
+
+def pass_at_k_curve(n, counts):
+    """{k: mean over problems of pass@k} for k in ks_up_to(n)."""
+    c = np.asarray(counts, dtype=np.int64)
+    return {k: float(pass_at_k_table(n, k)[c].mean()) for k in ks_up_to(n)}
+
+
+def averages(benchmarks):
+    """Unweighted means over the benchmarks present (PAPER §8), per k shared by all of them."""
+    out = {}
+    for group, names in (("math", MATH), ("ood", OOD)):
+        curves = [benchmarks[b]["pass@k"] for b in names if "pass@k" in benchmarks.get(b, {})]
+        if curves:
+            ks = set.intersection(*(set(c) for c in curves))
+            out[group] = {"benchmarks": [b for b in names if "pass@k" in benchmarks.get(b, {})],
+                          "pass@k": {k: float(np.mean([c[k] for c in curves])) for k in sorted(ks, key=int)}}
+    return out
+
+
+# -----------------------------------------------------------------------------
+# Sampling and scoring
+
+def load_benchmark(name, max_problems=0):
+    """(rows, task) with 'problem' and 'answer' (for IFEval: instruction ids and kwargs)."""
+    file, task = BENCHMARKS[name]
+    path = data_dir() / "eval" / file
+    if task == "gpqa":
+        rows = reward.load_gpqa(path)
+    else:
+        fields = ("problem", "instruction_id_list", "kwargs") if task == "ifeval" else ("problem", "answer")
+        rows = reward.load_jsonl(path, fields)
+    for i, r in enumerate(rows):
+        r.setdefault("id", i)
+        if (name, i) in GOLD_FIXES:
+            r["answer"] = GOLD_FIXES[(name, i)]
+    return (rows[:max_problems] if max_problems else rows), task
+
+
+def load_model(cfg):
+    """(model, tokenizer, family). "tiny" is a random 2-layer Qwen2 with the real Qwen2.5 tokenizer."""
+    import torch
+    import transformers
+    if cfg.model == "tiny":
+        tok = reward.load_tokenizer(str(data_dir() / "tokenizers" / "qwen2.5"))
+        torch.manual_seed(cfg.seed)
+        config = transformers.Qwen2Config(vocab_size=151936, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                          num_attention_heads=2, num_key_value_heads=1, tie_word_embeddings=True)
+        model = transformers.AutoModelForCausalLM.from_config(config)
+    else:
+        tok = reward.load_tokenizer(cfg.model)
+        dtype = torch.bfloat16 if cfg.device.startswith("cuda") else torch.float32
+        model = transformers.AutoModelForCausalLM.from_pretrained(cfg.model, dtype=dtype)
+    family = reward.model_family(model.config.model_type) if cfg.family == "auto" else cfg.family
+    return model.to(cfg.device).eval(), tok, family
+
+
+def pad_id(tok):
+    return tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
+
+
+def sample(cfg, engine, tok, family, texts, seeds, n):
+    """Generate n completions per prompt text, prompts_per_call prompts at a time (tqdm).
+    Yields (first prompt index of the call, Rollouts, decoded completions)."""
+    from tqdm import tqdm
+    max_new = cfg.max_new_tokens or reward.FAMILIES[family]["max_new_tokens"]
+    stop = reward.stop_token_ids(tok, family)
+    ids = [tok(t, add_special_tokens=False)["input_ids"] for t in texts]
+    for s in tqdm(range(0, len(ids), cfg.prompts_per_call), desc="sampling", leave=False):
+        out = engine.generate(ids[s:s + cfg.prompts_per_call], n, seeds[s:s + cfg.prompts_per_call],
+                              max_new_tokens=max_new, stop_token_ids=stop, temperature=cfg.temperature,
+                              top_p=cfg.top_p, top_k=cfg.top_k)
+        yield s, out, tok.batch_decode(out.token_ids, skip_special_tokens=True)
+
+
+def score(task, completions, rows, scorer):
+    """Rewards (1.0 / 0.0) and scorer stats for completions of the given rows, by task."""
+    if task == "math":
+        return scorer.score(completions, [r["answer"] for r in rows])
+    if task == "gpqa":
+        return [float(reward.gpqa_letter(c) == r["answer"]) for c, r in zip(completions, rows)], {}
+    return [float(reward.ifeval_correct(c, r)) for c, r in zip(completions, rows)], {}
+
+
+def evaluate_benchmark(cfg, name, engine, tok, family, scorer):
+    rows, task = load_benchmark(name, cfg.max_problems)
+    texts = [reward.format_prompt(tok, r["problem"], family, task) for r in rows]
+    seeds = [zlib.crc32(f"{cfg.seed}:{name}:{i}".encode()) for i in range(len(rows))]
+    c, truncated, stats = np.zeros(len(rows), dtype=np.int64), 0, {}
+    for s, out, completions in sample(cfg, engine, tok, family, texts, seeds, cfg.n):
+        idx = [s + p for p in out.prompt_index]
+        rewards, st = score(task, completions, [rows[i] for i in idx], scorer)
+        np.add.at(c, idx, np.asarray(rewards, dtype=np.int64))
+        truncated += sum(f == "length" for f in out.finish_reason)
+        for key, v in st.items():
+            stats[key] = stats.get(key, 0) + v
+    return {"n": cfg.n, "task": task, "ids": [r["id"] for r in rows], "c": c.tolist(),
+            "pass@k": pass_at_k_curve(cfg.n, c), "trunc_frac": truncated / (cfg.n * len(rows)), **stats}
+
+
+def run_eval(cfg):
+    import rollout
+    model, tok, family = load_model(cfg)
+    engine = rollout.make_engine(cfg.engine, model, pad_id(tok))
+    result = {"config": asdict(cfg), "family": family, "benchmarks": {}}
+    with reward.Scorer(workers=cfg.workers) as scorer:
+        for name in cfg.benchmarks:
+            if name == "synlogic":
+                print(SYNLOGIC_MSG)
+                result["benchmarks"][name] = {"skipped": SYNLOGIC_MSG}
+                continue
+            b = result["benchmarks"][name] = evaluate_benchmark(cfg, name, engine, tok, family, scorer)
+            print(f"{name}: " + " ".join(f"pass@{k} {v:.3f}" for k, v in b["pass@k"].items())
+                  + f" | trunc {b['trunc_frac']:.3f}")
+    result["averages"] = averages(result["benchmarks"])
+    atomic_write_json(cfg.out, result)
+    atomic_write_text(Path(cfg.out).with_suffix(".md"), table([result], [Path(cfg.out).stem]))
+    print(f"wrote {cfg.out}")
+    return result
+
+
+# -----------------------------------------------------------------------------
+# Table 1 cells, pass@k curves
+
+def load_result(path):
+    r = json.loads(Path(path).read_text())
+    for b in list(r["benchmarks"].values()) + list(r.get("averages", {}).values()):
+        if "pass@k" in b:       # JSON object keys are strings; k is an int again here
+            b["pass@k"] = {int(k): v for k, v in b["pass@k"].items()}
+    return r
+
+
+def table(results, labels):
+    """Markdown like the paper's Table 1: pass@1 / pass@K in %, K = 256 or the largest k when n < 256."""
+    def cell(b):
+        if not b or "pass@k" not in b:
+            return "-"
+        ks = [k for k in b["pass@k"] if k <= 256]
+        return f"{100 * b['pass@k'][1]:.1f}/{100 * b['pass@k'][max(ks)]:.1f}"
+    head = ["Run", "Math avg", *(LABELS[b] for b in MATH), "OOD avg", *(LABELS[b] for b in OOD)]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r, label in zip(results, labels):
+        bm, av = r["benchmarks"], r.get("averages", {})
+        row = [label, cell(av.get("math")), *(cell(bm.get(b)) for b in MATH),
+               cell(av.get("ood")), *(cell(bm.get(b)) for b in OOD)]
+        lines.append("| " + " | ".join(row) + " |")
+    ns = sorted({b["n"] for r in results for b in r["benchmarks"].values() if "n" in b})
+    return "\n".join(lines) + f"\n\nCells: pass@1/pass@K in %, K = min(256, largest k <= n); n = {ns}.\n"
+
+
+def plot(results, labels, path):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    panels = [("math avg", lambda r: r.get("averages", {}).get("math")),
+              ("OOD avg", lambda r: r.get("averages", {}).get("ood"))]
+    panels += [(LABELS[b], lambda r, b=b: r["benchmarks"].get(b)) for b in MATH + OOD
+               if any("pass@k" in r["benchmarks"].get(b, {}) for r in results)]
+    cols, rows = 4, math.ceil(len(panels) / 4)
+    fig, axes = plt.subplots(rows, cols, figsize=(4 * cols, 3 * rows), squeeze=False)
+    for ax, (title, get) in zip(axes.flat, panels):
+        for r, label in zip(results, labels):
+            b = get(r)
+            if b and "pass@k" in b:
+                ax.plot(list(b["pass@k"]), [100 * v for v in b["pass@k"].values()], marker=".", label=label)
+        ax.set(title=title, xscale="log", xlabel="k", ylabel="pass@k (%)")
+        ax.set_xscale("log", base=2)
+    for ax in list(axes.flat)[len(panels):]:
+        ax.axis("off")
+    axes.flat[0].legend(fontsize=8)
+    fig.tight_layout()
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def run_report(cfg):
+    results, labels = [load_result(p) for p in cfg.inputs], [Path(p).stem for p in cfg.inputs]
+    md = table(results, labels)
+    atomic_write_text(Path(cfg.out).with_suffix(".md"), md)
+    plot(results, labels, Path(cfg.out).with_suffix(".png"))
+    print(md)
+
+
+# -----------------------------------------------------------------------------
+# Paired m-out-of-n subsampling test (PAPER §8 / Appendix Q; IMPLEMENTATION_NOTES §3)
+
+def subsample_test(a, b, m=256, iters=50_000, seed=0, block=1000):
+    """B minus A, per benchmark and average, per k = 1, 2, 4, ... <= m.
+
+    a, b: {benchmark: (n, c array)} over the same problems. Each iteration draws, per problem and
+    per model, m of the n samples without replacement; the number correct among them is
+    c' ~ Hypergeometric(c, n - c, m), and pass@k(m, c', k) is a table lookup. Averages are
+    recomputed inside each iteration, so their intervals account for all benchmarks jointly.
+    Returns {name: {k: {diff, lo, hi, significant}}}; significant iff the 95% interval excludes 0.
+    """
+    rng = np.random.default_rng(seed)
+    ks = [k for k in ks_up_to(m) if k <= m]
+    tables = {k: pass_at_k_table(m, k) for k in ks}
+    diffs = {name: {k: np.empty(iters) for k in ks} for name in a}
+    for s in range(0, iters, block):
+        size = min(block, iters - s)
+        for name in a:
+            (n, ca), (_, cb) = a[name], b[name]
+            sa = rng.hypergeometric(ca, n - ca, m, size=(size, len(ca)))      # (size, P)
+            sb = rng.hypergeometric(cb, n - cb, m, size=(size, len(cb)))
+            for k in ks:
+                diffs[name][k][s:s + size] = tables[k][sb].mean(1) - tables[k][sa].mean(1)
+    for group, names in (("math avg", MATH), ("ood avg", OOD)):
+        present = [x for x in names if x in diffs]
+        if present:
+            diffs[group] = {k: np.mean([diffs[x][k] for x in present], axis=0) for k in ks}
+    out = {}
+    for name, per_k in diffs.items():
+        out[name] = {}
+        for k, d in per_k.items():
+            lo, hi = np.percentile(d, [2.5, 97.5])
+            out[name][k] = {"diff": float(d.mean()), "lo": float(lo), "hi": float(hi),
+                            "significant": bool(lo > 0 or hi < 0)}
+    return out
+
+
+def run_compare(cfg):
+    ra, rb = (load_result(p) for p in cfg.inputs)
+    a, b = {}, {}
+    for name, ba in ra["benchmarks"].items():
+        bb = rb["benchmarks"].get(name, {})
+        if "c" not in ba or "c" not in bb:
+            continue
+        check(ba["ids"] == bb["ids"] and ba["n"] == bb["n"], f"--inputs: {name} has different problems or n")
+        check(cfg.m <= ba["n"], f"--m {cfg.m}: larger than n = {ba['n']} of {name}")
+        a[name], b[name] = (ba["n"], np.asarray(ba["c"])), (bb["n"], np.asarray(bb["c"]))
+    res = subsample_test(a, b, cfg.m, cfg.iters, cfg.seed)
+    for name, per_k in res.items():
+        cells = [f"k={k}: {100 * v['diff']:+.1f} [{100 * v['lo']:+.1f}, {100 * v['hi']:+.1f}]"
+                 + ("*" if v["significant"] else "") for k, v in per_k.items() if k in (1, cfg.m)]
+        print(f"{name:14s} " + " | ".join(cells) + "   (B - A in points, 95% interval, * significant)")
+    atomic_write_json(cfg.out, {"a": cfg.inputs[0], "b": cfg.inputs[1], "m": cfg.m, "iters": cfg.iters, "tests": res})
+    return res
+
+
+# -----------------------------------------------------------------------------
+# Delta NLL_rare (PAPER §8 / Appendix M.2; §10 row 26)
+
+def nll(model, tok, prompts, completions, batch_size=8):
+    """Length-normalised NLL (mean per-token -log p) of each completion under model, at T = 1."""
+    import rollout
+    lps = rollout.completion_logprobs(model, prompts, completions, pad_id(tok), temperature=1.0,
+                                      batch_size=batch_size)
+    return [float(-lp.mean()) for lp in lps]
+
+
+def run_rare_select(cfg):
+    """Sample rare_samples rollouts for rare_prompts training prompts from the base model, keep the
+    correct ones, and save the top rare_frac by base NLL: the rare-correct set (paper: 1,263)."""
+    import rollout
+    model, tok, family = load_model(cfg)
+    rows = reward.load_train_rows(cfg.data or str(data_dir() / "train" / "deepscaler_partial.jsonl"))
+    rows = random.Random(cfg.seed).sample(rows, min(cfg.rare_prompts, len(rows)))
+    texts = [reward.format_prompt(tok, r["problem"], family) for r in rows]
+    seeds = [zlib.crc32(f"{cfg.seed}:rare:{i}".encode()) for i in range(len(rows))]
+    engine = rollout.make_engine(cfg.engine, model, pad_id(tok))
+    prompts, completions = [], []
+    with reward.Scorer(workers=cfg.workers) as scorer:
+        for s, out, decoded in sample(cfg, engine, tok, family, texts, seeds, cfg.rare_samples):
+            rewards, _ = scorer.score(decoded, [rows[s + p]["answer"] for p in out.prompt_index])
+            for p, ids, r in zip(out.prompt_index, out.token_ids, rewards):
+                if r == 1.0:
+                    prompts.append(tok(texts[s + p], add_special_tokens=False)["input_ids"])
+                    completions.append(ids)
+    base = nll(model, tok, prompts, completions) if completions else []
+    top = max(1, math.ceil(cfg.rare_frac * len(base))) if base else 0
+    keep = sorted(range(len(base)), key=lambda i: -base[i])[:top]          # highest NLL = rarest
+    atomic_write_json(cfg.out, {"config": asdict(cfg), "correct": len(base), "selected": [
+        {"prompt_ids": prompts[i], "completion_ids": completions[i], "nll_base": base[i]} for i in keep]})
+    print(f"rare-correct set: {len(keep)} of {len(base)} correct rollouts -> {cfg.out}")
+
+
+def run_rare_score(cfg):
+    """Delta NLL_rare = mean over the rare set of (NLL_trained - NLL_base); lower = less forgetting."""
+    rare = json.loads(Path(cfg.rare).read_text())["selected"]
+    check(len(rare) > 0, f"--rare {cfg.rare}: the rare-correct set is empty")
+    model, tok, _ = load_model(cfg)
+    trained = nll(model, tok, [r["prompt_ids"] for r in rare], [r["completion_ids"] for r in rare])
+    delta = float(np.mean([t - r["nll_base"] for t, r in zip(trained, rare)]))
+    atomic_write_json(cfg.out, {"model": cfg.model, "rare": cfg.rare, "count": len(rare), "delta_nll_rare": delta})
+    print(f"Delta NLL_rare = {delta:.4f} over {len(rare)} trajectories")
+    return delta
+
+
+def main(cfg):
+    return {"eval": run_eval, "compare": run_compare, "report": run_report,
+            "rare_select": run_rare_select, "rare_score": run_rare_score}[cfg.mode](cfg)
+
+
+if __name__ == "__main__":
+    main(parse_config(Config, doc=__doc__))

@@ -1,0 +1,642 @@
+"""
+Verifiable rewards and the data behind them: math answers checked by math-verify (training and
+evaluation share is_correct), GPQA's boxed letter, IFEval's instruction checkers; the DeepScaleR
+loader with the paper's filter; chat prompts per model family (PAPER §7, §8, Table 9).
+
+    python -c "import reward; print(reward.is_correct('so \\\\boxed{\\\\dfrac34}', '0.75'))"   # True
+    python -m pytest -q tests/test_reward.py
+    python bench/reward_scoring.py                      # Scorer (pool + cache) vs naive math-verify
+
+One function, is_correct(completion, gold), decides correctness for training and evaluation; the
+batch Scorer (and score_batch, one per process, for train.py) runs the same judge() in a process
+pool behind a (gold, answer) cache. Also here: load_jsonl, load_train_rows, filter_math_train,
+load_training_problems; format_prompt, stop_token_ids, load_tokenizer; load_gpqa, gpqa_letter;
+ifeval_correct.
+
+Choices (PAPER §10 rows 9, 10, 13; IMPLEMENTATION_NOTES §4):
+1) Extraction. The answer region is the text after the last </think>; a <think> that never closes
+   (reasoning cut off by the length limit) has no answer. In that region only the LAST \\boxed{} or
+   \\fbox{} counts (nested braces fine): an empty, unclosed or unparseable last box is wrong even if
+   an earlier box was right. With no box at all the fallback is the last "answer is X" / "Answer: X"
+   phrase. We do not fall back to "the last number in the text" (verl's math-verify scorer does):
+   on a truncated output that credits an intermediate number.
+2) Equivalence: math-verify's verify(gold, pred), gold first, each wrapped in \\boxed{} and parsed
+   with its LaTeX and plain-expression extractors. The gold is parsed once (lru_cache). One
+   normalisation on both sides: e-notation 3.83e35 -> 3.83\\times10^{35} (math-verify reads e as
+   Euler's number; Minerva golds use it).
+3) Bounded time. Answers over 1,000 characters are unparseable without parsing; math-verify's SIGALRM
+   timeouts (3 s to parse, 3 s to compare) bound the rest. SIGALRM works only in a main thread, so
+   is_correct raises RuntimeError in any other thread: a thread must use a Scorer, whose worker
+   processes call math-verify in their own main threads. A hang the signal cannot interrupt (C code)
+   meets the Scorer's outer backstop, which kills and rebuilds the pool.
+4) Training data: malformed rows stop the load with file:line; duplicated problems (whitespace-
+   normalised) keep one copy when their answers agree and lose every copy when not; gold answers with
+   no mathematical parse are dropped (counted); formatted prompts over 1,024 tokens are dropped.
+5) Prompts: each family's chat template with PAPER Table 9's system prompt; Qwen3 thinking on for
+   math/GPQA, off for IFEval; Llama's date line fixed to the template's default "26 Jul 2024" so that
+   prompts do not change with the calendar. Stop tokens are explicit per family (FAMILIES).
+6) IFEval: the maintained checkers (google-research's, as packaged by lm-eval or if-verifiable) load
+   nltk's punkt model at run time, which cannot be downloaded here. So the 25 instruction checkers of
+   ifeval.jsonl are re-implemented below, following the original code; two use stand-ins for punkt:
+   the original's regex sentence splitter, and a regex word tokenizer for capital-word counts.
+   Language checks use langdetect (seeded), as the original does.
+"""
+import atexit
+import base64
+import csv
+import functools
+import io
+import json
+import multiprocessing as mp
+import random
+import re
+import threading
+import zipfile
+from collections import Counter, defaultdict
+from pathlib import Path
+
+TIMEOUT_S = 3                # math-verify's SIGALRM limit, per parse and per comparison
+MAX_ANSWER_CHARS = 1000      # a longer "answer" is unparseable without trying (no gold is this long)
+MATH_SYSTEM = "Please reason step by step, and put your final answer within \\boxed{}."
+HELPFUL_SYSTEM = "You are a helpful assistant."
+LLAMA_DATE = "26 Jul 2024"
+# Stop tokens and max response length (PAPER §7, §8) per family. Base-model configs name
+# <|endoftext|> as eos while chat templates end turns with <|im_end|>, so both stop Qwen.
+FAMILIES = {
+    "qwen2.5": dict(stop=("<|im_end|>", "<|endoftext|>"), max_new_tokens=8192),
+    "qwen3": dict(stop=("<|im_end|>", "<|endoftext|>"), max_new_tokens=4096),
+    "llama3": dict(stop=("<|eot_id|>", "<|end_of_text|>", "<|eom_id|>"), max_new_tokens=8192),
+}
+
+
+# -----------------------------------------------------------------------------
+# Answer extraction (choice 1) and equivalence (choices 2-3)
+
+_BOX = re.compile(r"\\(?:boxed|fbox)\s*\{")
+_ANSWER_IS = re.compile(r"(?i)answer\s*(?:is|:)\s*:?\s*([^\n]+)")
+_E_NOTATION = re.compile(r"^\s*(-?\d+(?:\.\d*)?)\s*[eE]\s*([+-]?\d+)\s*$")
+
+
+def answer_region(completion):
+    """Text after the last </think>; '' when a <think> is never closed (truncated reasoning)."""
+    if "</think>" in completion:
+        return completion.rsplit("</think>", 1)[1]
+    return "" if "<think>" in completion else completion
+
+
+def extract_answer(completion):
+    """The final answer string, or None. Only the last box counts (module docstring, choice 1).
+
+    >>> extract_answer("first \\\\boxed{1}, then \\\\boxed{\\\\frac{1}{2}}")
+    '\\\\frac{1}{2}'
+    """
+    text = answer_region(completion)
+    starts = [m.end() for m in _BOX.finditer(text)]
+    if starts:
+        i, depth = starts[-1], 1
+        # Walk to the matching brace, but no further than MAX_ANSWER_CHARS: a megabyte "box" stops here.
+        for j in range(i, min(len(text), i + MAX_ANSWER_CHARS + 1)):
+            depth += {"{": 1, "}": -1}.get(text[j], 0)
+            if depth == 0:
+                return text[i:j].strip() or None
+        return None                                     # unclosed or too long: the last box is broken
+    hits = _ANSWER_IS.findall(text[-2000:])
+    if not hits:
+        return None
+    ans = hits[-1].strip().strip("*").strip().strip("$").strip().rstrip(".").strip("$").strip()
+    return ans or None
+
+
+def _normalise(ans):
+    m = _E_NOTATION.match(ans)
+    return f"{m.group(1)}\\times10^{{{m.group(2)}}}" if m else ans
+
+
+def _parse(s):
+    """math-verify parse of one answer string -> (list of parses, status)."""
+    # Off the main thread math-verify's alarm fails, and its error would read as "unparseable":
+    # a silent reward of 0. Refuse loudly instead.
+    if threading.current_thread() is not threading.main_thread():
+        raise RuntimeError("reward.is_correct needs the main thread (math-verify times out with SIGALRM); "
+                           "use reward.Scorer, which scores in worker processes")
+    from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse
+    from math_verify.errors import TimeoutException
+    cfg = [LatexExtractionConfig(boxed_match_priority=0), ExprExtractionConfig()]
+    try:
+        out = parse("\\boxed{" + _normalise(s) + "}", cfg, parsing_timeout=TIMEOUT_S, raise_on_error=True)
+    except TimeoutException:                          # a BaseException: `except Exception` misses it
+        return [], "timeout"
+    except Exception:
+        return [], "unparseable"
+    return out, ("ok" if out else "unparseable")
+
+
+@functools.lru_cache(maxsize=100_000)
+def parse_gold(gold):
+    """Parsed gold answer, cached: a 1,024-sample evaluation parses each gold once, not 1,024 times."""
+    return _parse(str(gold))[0]
+
+
+def gold_is_parseable(gold):
+    """True when math-verify finds a mathematical object, not just the raw string, in the gold."""
+    return any(not isinstance(x, str) for x in parse_gold(gold))
+
+
+def judge(gold, answer):
+    """(correct, status) for an extracted answer; status is 'ok', 'unparseable' or 'timeout'."""
+    from math_verify import verify
+    from math_verify.errors import TimeoutException
+    if answer is None or len(answer) > MAX_ANSWER_CHARS:
+        return False, "unparseable"
+    pred, status = _parse(answer)
+    if status != "ok":
+        return False, status
+    gold_parsed = parse_gold(gold)
+    try:
+        return bool(verify(gold_parsed, pred, timeout_seconds=TIMEOUT_S, raise_on_error=True)), "ok"
+    except TimeoutException:
+        return False, "timeout"
+    except Exception:
+        # raise_on_error=True stops at the first failing (gold, pred) pair; a rare sympy error then
+        # gets the lenient pass, which scores each pair on its own and treats errors as "not equal".
+        return bool(verify(gold_parsed, pred, timeout_seconds=TIMEOUT_S)), "ok"
+
+
+def is_correct(completion, gold):
+    """True iff math-verify finds the completion's final answer equal to `gold`. Reward = 1.0 / 0.0.
+
+    The one correctness function of training and evaluation (STYLE §10). Main thread only (SIGALRM):
+    elsewhere use Scorer, which runs this same logic in worker processes.
+    >>> is_correct("... so the total is \\\\boxed{\\\\frac{3}{4}}", "0.75")
+    True
+    >>> is_correct("... the total is 3/4", "0.75")        # no box, no "answer is": no answer
+    False
+    """
+    return judge(gold, extract_answer(completion))[0]
+
+
+# -----------------------------------------------------------------------------
+# Batch scoring: a process pool plus a (gold, answer) cache
+
+def _judge_many(keys):
+    return [judge(g, a) for g, a in keys]
+
+
+class Scorer:
+    """Math rewards for many completions: score(completions, golds) -> (rewards, stats).
+
+    Answers are extracted here (cheap); only distinct (gold, answer) pairs not seen before go to the
+    worker pool, so a 1,024-sample evaluation that repeats "42" 900 times verifies it once.
+    stats (logged as reward/<key>): unparseable and timeouts count completions; cache_hits counts
+    completions whose pair was already known. workers=0 scores in this process (main thread only).
+    Workers start with forkserver (spawn where unavailable): forking a CUDA process is unsafe.
+    backstop_s: outer wait per key of a chunk (plus one), past SIGALRM's own bound; fn: what a worker
+    runs on a chunk of keys (tests swap in one that hangs). Use `with Scorer() as s:` or close().
+    """
+
+    def __init__(self, workers=2, chunk_size=16, backstop_s=3 * TIMEOUT_S + 1, cache_size=2_000_000, fn=None):
+        self.workers, self.chunk_size, self.backstop_s = workers, chunk_size, backstop_s
+        self.cache_size, self.fn = cache_size, fn or _judge_many
+        self.cache, self.pool = {}, None
+
+    def _start(self):
+        if self.pool is None and self.workers > 0:
+            method = "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn"
+            ctx = mp.get_context(method)
+            if method == "forkserver":
+                ctx.set_forkserver_preload(["reward", "math_verify"])   # import sympy once, fork from it
+            self.pool = ctx.Pool(self.workers)
+            # Warm each worker (math-verify's first call builds its parsers) before any backstop
+            # clock runs, so that start-up time is never mistaken for a hang.
+            self.pool.map(_judge_many, [[("1", "1")]] * self.workers, chunksize=1)
+
+    def close(self):
+        if self.pool is not None:
+            self.pool.terminate()                       # also ends a worker stuck in C code
+            self.pool.join()
+            self.pool = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def score(self, completions, golds):
+        if len(completions) != len(golds):
+            raise ValueError(f"{len(completions)} completions but {len(golds)} golds")
+        keys = [(str(g), extract_answer(c)) for c, g in zip(completions, golds)]
+        if len(self.cache) + len(keys) > self.cache_size:
+            self.cache.clear()                          # a crude bound on memory
+        hits = sum(k in self.cache for k in keys)
+        todo = sorted({k for k in keys if k[1] is not None and k not in self.cache})
+        self.cache.update(self._run(todo))
+        results = [self.cache.get(k, (False, "unparseable")) for k in keys]
+        stats = {"unparseable": sum(s == "unparseable" for _, s in results),
+                 "timeouts": sum(s == "timeout" for _, s in results), "cache_hits": hits}
+        return [float(ok) for ok, _ in results], stats
+
+    def _run(self, keys):
+        if self.workers == 0:
+            return dict(zip(keys, self.fn(keys)))
+        out, queue = {}, [keys[i:i + self.chunk_size] for i in range(0, len(keys), self.chunk_size)]
+        while queue:
+            self._start()
+            pending, queue = [(ch, self.pool.apply_async(self.fn, (ch,))) for ch in queue], []
+            for idx, (chunk, res) in enumerate(pending):
+                # Backstop: per key at most a gold parse, a parse and a comparison, each bounded by
+                # SIGALRM. Only code the signal cannot interrupt runs past this. The clock starts when
+                # we begin waiting; earlier chunks are collected by then, so this one is running.
+                try:
+                    out.update(zip(chunk, res.get(timeout=self.backstop_s * (len(chunk) + 1))))
+                    continue
+                except Exception:                       # mp.TimeoutError, or a worker that crashed
+                    pass
+                # A worker hangs: keep what finished, kill the pool, retry the rest; the hung chunk
+                # goes back one key at a time so that only the culprit ends as a timeout.
+                for ch, r in pending[idx + 1:]:
+                    if r.ready() and r.successful():
+                        out.update(zip(ch, r.get()))
+                    else:
+                        queue.append(ch)
+                if len(chunk) == 1:
+                    out[chunk[0]] = (False, "timeout")
+                else:
+                    queue += [[k] for k in chunk]
+                self.close()
+                break
+        return out
+
+
+_SCORER = None
+
+
+def score_batch(completions, golds, workers=2):
+    """Scorer.score through one Scorer kept for the life of the process (train.py calls it every
+    step, so the pool and the cache persist). -> (rewards, stats)"""
+    global _SCORER
+    if _SCORER is None:
+        _SCORER = Scorer(workers=workers)
+        atexit.register(_SCORER.close)
+    return _SCORER.score(completions, golds)
+
+
+# -----------------------------------------------------------------------------
+# Data: jsonl with file:line errors, DeepScaleR and the paper's filter (choice 4)
+
+DEEPSCALER_HUB = "agentica-org/DeepScaleR-Preview-Dataset"
+
+
+def load_jsonl(path, required=("problem", "answer")):
+    """Rows of a jsonl file. Bad JSON or a missing/empty required field raises ValueError('file:line: ...').
+
+    'problem' and 'answer' must be non-empty strings (an int answer becomes its string).
+    """
+    rows = []
+    with open(path, encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            where = f"{path}:{lineno}"
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{where}: bad JSON ({e.msg})") from None
+            if not isinstance(row, dict):
+                raise ValueError(f"{where}: expected a JSON object, got {type(row).__name__}")
+            for key in required:
+                value = row.get(key)
+                if key in ("problem", "answer") and isinstance(value, int) and not isinstance(value, bool):
+                    value = row[key] = str(value)
+                text_field = key in ("problem", "answer")
+                if value is None or (text_field and not (isinstance(value, str) and value.strip())):
+                    raise ValueError(f"{where}: missing or empty field {key!r}")
+            rows.append(row)
+    return rows
+
+
+def load_train_rows(source):
+    """DeepScaleR rows from a local jsonl or, only when asked by name, from the hub via `datasets`."""
+    if source not in ("deepscaler", DEEPSCALER_HUB):
+        return load_jsonl(source)
+    try:
+        import datasets
+    except ImportError:
+        raise SystemExit(f"{DEEPSCALER_HUB} needs `pip install datasets`; or pass a local jsonl") from None
+    rows = []
+    for i, r in enumerate(datasets.load_dataset(DEEPSCALER_HUB, split="train")):
+        if not (r.get("problem") and r.get("answer") is not None):
+            raise ValueError(f"{DEEPSCALER_HUB} row {i}: missing problem or answer")
+        rows.append({"problem": r["problem"], "answer": str(r["answer"])})
+    return rows
+
+
+def load_training_problems(source, tokenizer, max_prompt_tokens=1024, family=None):
+    """train.py's entry: rows from `source`, the paper's filter, then {prompt_ids, gold, problem}."""
+    family = family or tokenizer_family(tokenizer)
+    kept, _ = filter_math_train(load_train_rows(source), tokenizer, family, max_prompt_tokens)
+    texts = [format_prompt(tokenizer, r["problem"], family) for r in kept]
+    ids = tokenizer(texts, add_special_tokens=False)["input_ids"] if texts else []
+    return [{"prompt_ids": i, "gold": r["answer"], "problem": r["problem"]} for i, r in zip(ids, kept)]
+
+
+def filter_math_train(rows, tokenizer, family, max_prompt_tokens=1024, log=print):
+    """The paper's filter (PAPER §7, §10 row 10) -> (kept rows, report of counts).
+
+    Duplicated problems: one copy survives when every copy has the same answer, none when they differ.
+    Then gold answers with no mathematical parse are dropped (they could only ever score 0), then
+    prompts over max_prompt_tokens with the model's own tokenizer and chat template. The counts are
+    logged (paper: 39,202 kept of DeepScaleR's 40,315; our 10,110-row partial set keeps 10,090 for Qwen).
+    """
+    groups = defaultdict(list)
+    for r in rows:
+        groups[" ".join(r["problem"].split())].append(r)
+    agree = [c for c in groups.values() if len({" ".join(x["answer"].split()) for x in c}) == 1]
+    unique = [c[0] for c in agree]
+    parseable = [r for r in unique if gold_is_parseable(r["answer"])]
+    texts = [format_prompt(tokenizer, r["problem"], family) for r in parseable]
+    lengths = [len(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]] if texts else []
+    kept = [r for r, n in zip(parseable, lengths) if n <= max_prompt_tokens]
+    report = {"rows": len(rows), "duplicate_copies_removed": sum(len(c) - 1 for c in agree),
+              "conflicting_problems_dropped": len(groups) - len(agree),
+              "conflicting_rows_dropped": len(rows) - sum(len(c) for c in agree),
+              "unparseable_gold_dropped": len(unique) - len(parseable),
+              "too_long_dropped": len(parseable) - len(kept), "kept": len(kept)}
+    log("math train filter: " + ", ".join(f"{k} {v}" for k, v in report.items()))
+    return kept, report
+
+
+# -----------------------------------------------------------------------------
+# Prompts and tokenizers per model family (choice 5; PAPER Table 9)
+
+# The Llama 3.2 Instruct template (no tools): the date header is always there, the system text follows.
+LLAMA32_TEMPLATE = (
+    "{{- bos_token }}{%- if messages[0]['role'] == 'system' %}{%- set system_message = messages[0]"
+    "['content']|trim %}{%- set messages = messages[1:] %}{%- else %}{%- set system_message = '' %}"
+    "{%- endif %}{%- if date_string is not defined %}{%- set date_string = '26 Jul 2024' %}{%- endif %}"
+    "{{- '<|start_header_id|>system<|end_header_id|>\\n\\nCutting Knowledge Date: December 2023\\n"
+    "Today Date: ' + date_string + '\\n\\n' + system_message + '<|eot_id|>' }}{%- for message in messages %}"
+    "{{- '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n' + message['content']|trim"
+    " + '<|eot_id|>' }}{%- endfor %}{%- if add_generation_prompt %}"
+    "{{- '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}{%- endif %}")
+
+
+def model_family(name):
+    """'qwen2.5' | 'qwen3' | 'llama3' from a model id, path or config.model_type ('qwen2', 'llama')."""
+    s = str(name).lower()
+    if "qwen3" in s:
+        return "qwen3"
+    if "llama" in s:
+        return "llama3"
+    if "qwen" in s or s == "tiny":
+        return "qwen2.5"
+    raise ValueError(f"unknown model family for {name!r}: expected a Qwen2.5, Qwen3 or Llama-3 model")
+
+
+def chat_messages(problem, family, task="math"):
+    """(messages, enable_thinking) per PAPER Table 9. task: math | gpqa | ifeval | synlogic."""
+    if task in ("math", "gpqa"):
+        system, thinking = MATH_SYSTEM, True
+    elif family == "qwen2.5":
+        system, thinking = HELPFUL_SYSTEM, False
+    else:                                   # Qwen3: no system prompt; Llama: the date lines only
+        system, thinking = None, task == "synlogic"
+    messages = [{"role": "system", "content": system}] if system else []
+    return messages + [{"role": "user", "content": problem}], thinking
+
+
+def format_prompt(tokenizer, problem, family, task="math"):
+    """The prompt text through the model's chat template. Encode it with add_special_tokens=False."""
+    messages, thinking = chat_messages(problem, family, task)
+    return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True,
+                                         enable_thinking=thinking, date_string=LLAMA_DATE)
+
+
+def tokenizer_family(tokenizer):
+    """The family from the tokenizer's name, else from its vocabulary (a local folder of any name)."""
+    try:
+        return model_family(tokenizer.name_or_path)
+    except ValueError:
+        return "llama3" if "<|eot_id|>" in tokenizer.get_vocab() else "qwen2.5"
+
+
+def stop_token_ids(tokenizer, family=None):
+    """Ids of the family's stop tokens (FAMILIES), in order; family=None infers it from the tokenizer."""
+    vocab = tokenizer.get_vocab()
+    return [vocab[t] for t in FAMILIES[family or tokenizer_family(tokenizer)]["stop"] if t in vocab]
+
+
+def load_tokenizer(name):
+    """AutoTokenizer, plus two offline cases: a folder holding only Llama-3's tokenizer.model
+    (tiktoken format, built here without tiktoken), and the Llama 3.2 template when one is missing."""
+    from transformers import AutoTokenizer
+    p = Path(name)
+    if p.is_dir() and (p / "tokenizer.model").exists() and not (p / "tokenizer_config.json").exists():
+        return _llama3_tokenizer(p / "tokenizer.model")
+    tok = AutoTokenizer.from_pretrained(name)
+    if tok.chat_template is None and "llama" in str(name).lower():
+        tok.chat_template = LLAMA32_TEMPLATE
+    return tok
+
+
+def _llama3_tokenizer(path):
+    from transformers import PreTrainedTokenizerFast
+    from transformers.convert_slow_tokenizer import TikTokenConverter
+
+    class Converter(TikTokenConverter):
+        @staticmethod
+        def load_tiktoken_bpe(file):        # the format is "base64(token bytes) rank" per line
+            with open(file) as f:
+                return {base64.b64decode(t): int(r) for t, r in (line.split() for line in f if line.strip())}
+
+    special = ["<|begin_of_text|>", "<|end_of_text|>", "<|reserved_special_token_0|>",
+               "<|reserved_special_token_1|>", "<|finetune_right_pad_id|>", "<|reserved_special_token_2|>",
+               "<|start_header_id|>", "<|end_header_id|>", "<|eom_id|>", "<|eot_id|>", "<|python_tag|>"]
+    special += [f"<|reserved_special_token_{i}|>" for i in range(3, 248)]      # ids up to 128255
+    backend = Converter(str(path), extra_special_tokens=special).converted()
+    return PreTrainedTokenizerFast(tokenizer_object=backend, bos_token="<|begin_of_text|>", eos_token="<|eot_id|>",
+                                   chat_template=LLAMA32_TEMPLATE)
+
+
+# -----------------------------------------------------------------------------
+# GPQA Diamond: decrypted in memory only; the boxed letter is scored
+
+GPQA_PASSWORD = b"deserted-untie-orchid"       # the official README's convention, not a secret
+GPQA_SUFFIX = "\n\nPut the letter (A, B, C or D) of the correct option within \\boxed{}."
+
+
+def load_gpqa(zip_path, seed=0):
+    """198 rows {problem, answer: letter, id}, options shuffled per question with a fixed seed.
+
+    The questions never touch disk or logs (the authors ask that they not appear in plain text).
+    """
+    with zipfile.ZipFile(zip_path) as z:
+        text = z.read("dataset/gpqa_diamond.csv", pwd=GPQA_PASSWORD).decode("utf-8")
+    rows = []
+    for r in csv.DictReader(io.StringIO(text)):
+        options = [r["Correct Answer"]] + [r[f"Incorrect Answer {i}"] for i in (1, 2, 3)]
+        perm = list(range(4))
+        random.Random(f"gpqa:{seed}:{r['Record ID']}").shuffle(perm)     # str seeds are stable
+        body = "\n".join(f"{'ABCD'[slot]}) {options[j].strip()}" for slot, j in enumerate(perm))
+        rows.append({"problem": r["Question"].strip() + "\n\n" + body + GPQA_SUFFIX,
+                     "answer": "ABCD"[perm.index(0)], "id": r["Record ID"]})
+    return rows
+
+
+def gpqa_letter(completion):
+    """'A'-'D' from the final answer: \\boxed{C}, \\boxed{(C)}, \\boxed{\\text{C}}, \\boxed{C) 4.2 eV}."""
+    ans = extract_answer(completion)
+    if ans is None:
+        return None
+    m = re.fullmatch(r"(?:\\text(?:bf)?\{|\\mathrm\{|\{|\(|\s)*([A-Da-d])(?:\W.*)?", ans, re.S)
+    return m.group(1).upper() if m else None
+
+
+# -----------------------------------------------------------------------------
+# IFEval: prompt-level strict (every instruction followed), checkers after google-research (choice 6)
+
+def _cmp(count, relation, threshold):
+    return count < threshold if relation == "less than" else count >= threshold
+
+
+def split_into_sentences(text):
+    """The original IFEval regex splitter (instructions_util.split_into_sentences)."""
+    alpha, pre, suf = "([A-Za-z])", "(Mr|St|Mrs|Ms|Dr)[.]", "(Inc|Ltd|Jr|Sr|Co)"
+    starters = (r"(Mr|Mrs|Ms|Dr|Prof|Capt|Cpt|Lt|He\s|She\s|It\s|They\s|Their\s|Our\s|We\s|But\s|However\s|That\s"
+                r"|This\s|Wherever)")
+    t = (" " + text + "  ").replace("\n", " ")
+    t = re.sub(pre, "\\1<prd>", t)
+    t = re.sub("[.](com|net|org|io|gov|edu|me)", "<prd>\\1", t)
+    t = re.sub("([0-9])[.]([0-9])", "\\1<prd>\\2", t)
+    t = re.sub(r"\.{2,}", lambda m: "<prd>" * len(m.group(0)) + "<stop>", t)
+    t = t.replace("Ph.D.", "Ph<prd>D<prd>")
+    t = re.sub(r"\s" + alpha + "[.] ", " \\1<prd> ", t)
+    t = re.sub("([A-Z][.][A-Z][.](?:[A-Z][.])?) " + starters, "\\1<stop> \\2", t)
+    t = re.sub(alpha + "[.]" + alpha + "[.]" + alpha + "[.]", "\\1<prd>\\2<prd>\\3<prd>", t)
+    t = re.sub(alpha + "[.]" + alpha + "[.]", "\\1<prd>\\2<prd>", t)
+    t = re.sub(" " + suf + "[.] " + starters, " \\1<stop> \\2", t)
+    t = re.sub(" " + suf + "[.]", " \\1<prd>", t)
+    t = re.sub(" " + alpha + "[.]", " \\1<prd>", t)
+    t = t.replace(".\u201d", "\u201d.").replace('."', '".').replace('!"', '"!').replace('?"', '"?')
+    t = t.replace(".", ".<stop>").replace("?", "?<stop>").replace("!", "!<stop>").replace("<prd>", ".")
+    sentences = [s.strip() for s in t.split("<stop>")]
+    return sentences[:-1] if sentences and not sentences[-1] else sentences
+
+
+def _lang(text):
+    import langdetect                               # pure Python, ships its language profiles
+    langdetect.DetectorFactory.seed = 0             # langdetect is random unless seeded
+    try:
+        return langdetect.detect(text)
+    except langdetect.LangDetectException:
+        return None                                 # the original counts an undetectable text as passing
+
+
+def _case_en(t, case):
+    lang = _lang(t)
+    return True if lang is None else case(t) and lang == "en"
+
+
+def _paragraphs(t, num_paragraphs):
+    parts = re.split(r"\s?\*\*\*\s?", t)
+    if any(not p.strip() for p in parts[1:-1]):
+        return False
+    return sum(bool(p.strip()) for p in parts) == num_paragraphs
+
+
+def _nth_paragraph(t, num_paragraphs, nth_paragraph, first_word):
+    parts = re.split(r"\n\n", t)
+    count = sum(bool(p.strip()) for p in parts)
+    if nth_paragraph > count or not parts[nth_paragraph - 1].strip():
+        return False
+    word = parts[nth_paragraph - 1].strip().split()[0].strip().lstrip("'").lstrip('"')
+    word = re.split(r"[.,?!'\"]", word)[0].lower()
+    return count == num_paragraphs and word == first_word.lower()
+
+
+def _two_responses(t):
+    parts = t.split("******")
+    if any(not p.strip() for p in parts[1:-1]):
+        return False
+    valid = [p for p in parts if p.strip()]
+    return len(valid) == 2 and valid[0].strip() != valid[1].strip()
+
+
+def _postscript(t, postscript_marker):
+    m = postscript_marker.strip()
+    pat = {"P.P.S": r"\s*p\.\s?p\.\s?s.*$", "P.S.": r"\s*p\.\s?s\..*$"}.get(m, r"\s*" + m.lower() + r".*$")
+    return bool(re.findall(pat, t.lower(), flags=re.MULTILINE))
+
+
+def _highlights(t, num_highlights):
+    single = [h for h in re.findall(r"\*[^\n\*]*\*", t) if h.strip("*").strip()]
+    double = [h for h in re.findall(r"\*\*[^\n\*]*\*\*", t) if h[2:-2].strip()]
+    return len(single) + len(double) >= num_highlights
+
+
+def _json(t):
+    t = t.strip()
+    for p in ("```json", "```Json", "```JSON", "```"):
+        t = t.removeprefix(p)
+    try:
+        json.loads(t.removesuffix("```").strip())
+        return True
+    except ValueError:
+        return False
+
+
+IFEVAL_CHECKS = {   # instruction id -> check(response, **kwargs) -> bool
+    "change_case:capital_word_frequency": lambda t, capital_frequency, capital_relation: _cmp(
+        sum(w.isupper() for w in re.findall(r"\w+(?:[-']\w+)*|[^\w\s]", t)), capital_relation, capital_frequency),
+    "change_case:english_capital": lambda t: _case_en(t, str.isupper),
+    "change_case:english_lowercase": lambda t: _case_en(t, str.islower),
+    "combination:repeat_prompt": lambda t, prompt_to_repeat: t.strip().lower().startswith(
+        prompt_to_repeat.strip().lower()),
+    "combination:two_responses": _two_responses,
+    "detectable_content:number_placeholders": lambda t, num_placeholders: len(
+        re.findall(r"\[.*?\]", t)) >= num_placeholders,
+    "detectable_content:postscript": _postscript,
+    "detectable_format:constrained_response": lambda t: any(
+        o in t.strip() for o in ("My answer is yes.", "My answer is no.", "My answer is maybe.")),
+    "detectable_format:json_format": _json,
+    "detectable_format:multiple_sections": lambda t, section_spliter, num_sections: len(
+        re.split(r"\s?" + section_spliter.strip() + r"\s?\d+\s?", t)) - 1 >= num_sections,
+    "detectable_format:number_bullet_lists": lambda t, num_bullets: len(re.findall(r"^\s*\*[^\*].*$", t, re.M))
+        + len(re.findall(r"^\s*-.*$", t, re.M)) == num_bullets,
+    "detectable_format:number_highlighted_sections": _highlights,
+    "detectable_format:title": lambda t: any(
+        x.lstrip("<").rstrip(">").strip() for x in re.findall(r"<<[^\n]+>>", t)),
+    "keywords:existence": lambda t, keywords: all(re.search(k, t, re.I) for k in keywords),
+    "keywords:forbidden_words": lambda t, forbidden_words: not any(
+        re.search(r"\b" + w + r"\b", t, re.I) for w in forbidden_words),
+    "keywords:frequency": lambda t, keyword, frequency, relation: _cmp(
+        len(re.findall(keyword.strip(), t, re.I)), relation, frequency),
+    "keywords:letter_frequency": lambda t, letter, let_frequency, let_relation: _cmp(
+        Counter(t.lower())[letter.strip().lower()], let_relation, let_frequency),
+    "language:response_language": lambda t, language: _lang(t) in (language, None),
+    "length_constraints:nth_paragraph_first_word": _nth_paragraph,
+    "length_constraints:number_paragraphs": _paragraphs,
+    "length_constraints:number_sentences": lambda t, num_sentences, relation: _cmp(
+        len(split_into_sentences(t)), relation, num_sentences),
+    "length_constraints:number_words": lambda t, num_words, relation: _cmp(
+        len(re.findall(r"\w+", t)), relation, num_words),
+    "punctuation:no_comma": lambda t: "," not in t,
+    "startend:end_checker": lambda t, end_phrase: t.strip().strip('"').lower().endswith(
+        end_phrase.strip().lower()),
+    "startend:quotation": lambda t: len(t.strip()) > 1 and t.strip()[0] == '"' and t.strip()[-1] == '"',
+}
+
+
+def ifeval_follows(completion, row):
+    """Per-instruction strict results for one IFEval row (instruction_id_list + kwargs)."""
+    text = answer_region(completion)
+    out = []
+    for iid, kwargs in zip(row["instruction_id_list"], row["kwargs"]):
+        if iid not in IFEVAL_CHECKS:
+            raise KeyError(f"IFEval instruction {iid!r} has no checker")
+        kwargs = {k: v for k, v in kwargs.items() if v is not None}
+        out.append(bool(text.strip()) and bool(IFEVAL_CHECKS[iid](text, **kwargs)))
+    return out
+
+
+def ifeval_correct(completion, row):
+    """Prompt-level strict: correct only when every instruction is followed."""
+    return all(ifeval_follows(completion, row))

@@ -1,0 +1,168 @@
+"""evaluate.py: pass@k against enumeration, the subsampling test, and CPU end-to-end runs on a tiny
+random Qwen2 with the real Qwen2.5 tokenizer.  `python -m pytest -q tests/test_evaluate.py`"""
+import itertools
+import json
+import math
+
+import numpy as np
+import pytest
+
+import evaluate
+import reward
+import rollout
+
+# -----------------------------------------------------------------------------
+# pass@k
+
+
+def brute_force_pass_at_k(n, c, k):
+    """Fraction of the k-subsets of n samples (the first c correct) that contain a correct one."""
+    subsets = list(itertools.combinations(range(n), k))
+    return sum(any(i < c for i in s) for s in subsets) / len(subsets)
+
+
+def test_pass_at_k_matches_enumeration():
+    for n in range(1, 9):
+        for c in range(n + 1):
+            for k in range(1, n + 1):
+                want = brute_force_pass_at_k(n, c, k)
+                assert evaluate.pass_at_k(n, c, k) == pytest.approx(want, abs=1e-12)
+                assert evaluate.pass_at_k_table(n, k)[c] == pytest.approx(want, abs=1e-12)
+
+
+def test_pass_at_k_edge_cases():
+    assert evaluate.pass_at_k(10, 0, 5) == 0.0                       # c = 0
+    assert evaluate.pass_at_k(10, 10, 5) == 1.0                      # c = n
+    assert evaluate.pass_at_k(10, 7, 4) == 1.0                       # k > n - c
+    assert evaluate.pass_at_k(10, 3, 1) == pytest.approx(0.3)        # k = 1 is c / n
+    # Large n stays exact: with one correct sample, pass@k = k / n.
+    assert evaluate.pass_at_k(1024, 1, 256) == pytest.approx(0.25, abs=1e-12)
+    assert evaluate.pass_at_k_table(1024, 256)[1] == pytest.approx(0.25, abs=1e-12)
+    for bad in [(4, 1, 5), (4, 1, 0), (4, 5, 1)]:
+        with pytest.raises(ValueError):
+            evaluate.pass_at_k(*bad)
+
+
+def test_pass_at_k_is_not_bootstrap():
+    """Drawing k of n WITH replacement estimates 1 - (1 - c/n)^k, which is biased low: with 1 correct
+    of 4, best@4 is 0.68 where every 4-subset holds the correct sample (1.0). The enumeration test
+    above must tell the two apart, or it would not catch a bootstrap implementation."""
+    def bootstrap(n, c, k):
+        return 1 - (1 - c / n) ** k
+    assert bootstrap(4, 1, 4) == pytest.approx(0.68359375)
+    assert evaluate.pass_at_k(4, 1, 4) == brute_force_pass_at_k(4, 1, 4) == 1.0
+    assert any(abs(bootstrap(n, c, k) - brute_force_pass_at_k(n, c, k)) > 0.05
+               for n in range(2, 7) for c in range(1, n) for k in range(2, n + 1))
+
+
+def test_curve_and_averages():
+    curve = evaluate.pass_at_k_curve(6, [0, 3, 6])
+    assert list(curve) == [1, 2, 4, 6]
+    assert curve[1] == pytest.approx(0.5) and curve[6] == pytest.approx(2 / 3)
+    bm = {"math500": {"pass@k": {1: 0.2, 2: 0.4}}, "aime24": {"pass@k": {1: 0.4, 2: 0.6}}, "gpqa": {"pass@k": {1: 0.1, 2: 0.3}}}
+    av = evaluate.averages(bm)
+    assert av["math"]["pass@k"] == pytest.approx({1: 0.3, 2: 0.5}) and av["ood"]["benchmarks"] == ["gpqa"]
+
+
+# -----------------------------------------------------------------------------
+# Paired m-out-of-n subsampling test
+
+def test_subsample_identical_inputs_not_significant():
+    rng = np.random.default_rng(0)
+    c = rng.binomial(64, rng.uniform(0, 1, 50))
+    res = evaluate.subsample_test({"math500": (64, c)}, {"math500": (64, c.copy())}, m=16, iters=2000)
+    assert not any(v["significant"] for per_k in res.values() for v in per_k.values())
+    assert abs(res["math500"][1]["diff"]) < 0.01 and set(res) == {"math500", "math avg"}
+
+
+def test_subsample_planted_difference_found():
+    rng = np.random.default_rng(1)
+    p = rng.uniform(0, 0.3, 100)
+    ca, cb = rng.binomial(64, p), rng.binomial(64, np.minimum(1, p + 0.15))   # B is better
+    res = evaluate.subsample_test({"aime24": (64, ca), "gpqa": (64, ca)}, {"aime24": (64, cb), "gpqa": (64, ca)},
+                                  m=16, iters=2000)
+    assert res["aime24"][1]["significant"] and res["aime24"][1]["diff"] > 0.1
+    assert res["aime24"][1]["lo"] < res["aime24"][1]["diff"] < res["aime24"][1]["hi"]
+    assert not res["gpqa"][1]["significant"] and res["math avg"][16]["significant"]
+
+
+# -----------------------------------------------------------------------------
+# End to end on CPU: tiny random Qwen2 + real Qwen2.5 tokenizer
+
+class PlantedEngine(rollout.TorchEngine):
+    """The real engine, except that sample 0 of every prompt is replaced by the boxed gold answer,
+    so the counts and pass@k of the run are known in advance (a random model scores 0)."""
+
+    golds = {}
+
+    def generate(self, prompts, n, seeds, **kw):
+        out = super().generate(prompts, n, seeds, **kw)
+        for i, p in enumerate(out.prompt_index):
+            if i % n == 0 and tuple(prompts[p]) in self.golds:
+                out.token_ids[i] = self.golds[tuple(prompts[p])]
+        return out
+
+
+def plant(monkeypatch, benchmarks):
+    tok = reward.load_tokenizer(str(evaluate.data_dir() / "tokenizers" / "qwen2.5"))
+    for name in benchmarks:
+        rows, task = evaluate.load_benchmark(name, 2)
+        for r in rows:
+            ids = tok(reward.format_prompt(tok, r["problem"], "qwen2.5", task), add_special_tokens=False)["input_ids"]
+            PlantedEngine.golds[tuple(ids)] = tok(f"So \\boxed{{{r['answer']}}}<|im_end|>", add_special_tokens=False)["input_ids"]
+    monkeypatch.setattr(rollout, "make_engine", lambda kind, model, pad, **kw: PlantedEngine(model, pad))
+
+
+def test_end_to_end_tiny(data, tmp_path, monkeypatch):
+    plant(monkeypatch, ["math500", "aime24"])
+    out = tmp_path / "a.json"
+    cfg = evaluate.Config(model="tiny", benchmarks=("math500", "aime24", "synlogic"), n=4, max_problems=2,
+                          max_new_tokens=8, workers=1, out=str(out))
+    evaluate.main(cfg)
+    res = json.loads(out.read_text())
+    for name in ("math500", "aime24"):
+        b = res["benchmarks"][name]
+        assert b["n"] == 4 and len(b["ids"]) == 2 and b["c"] == [1, 1]      # only the planted sample
+        assert b["pass@k"]["1"] == pytest.approx(0.25) and b["pass@k"]["4"] == pytest.approx(1.0)
+        assert 0 <= b["trunc_frac"] <= 1
+    assert "skipped" in res["benchmarks"]["synlogic"]
+    assert res["averages"]["math"]["benchmarks"] == ["aime24", "math500"]
+    assert "| a | 25.0/100.0 |" in out.with_suffix(".md").read_text()
+
+    # The same config again samples the same completions (seeds come from the data).
+    evaluate.main(evaluate.Config(**{**cfg.__dict__, "out": str(tmp_path / "b.json")}))
+    assert json.loads((tmp_path / "b.json").read_text())["benchmarks"] == res["benchmarks"]
+
+    cmp = evaluate.main(evaluate.Config(mode="compare", inputs=(str(out), str(tmp_path / "b.json")), m=2, iters=200,
+                                        out=str(tmp_path / "cmp.json")))
+    assert not cmp["math avg"][1]["significant"]
+    evaluate.main(evaluate.Config(mode="report", inputs=(str(out), str(tmp_path / "b.json")), out=str(tmp_path / "rep")))
+    assert (tmp_path / "rep.png").stat().st_size > 1000 and "| b |" in (tmp_path / "rep.md").read_text()
+
+
+def test_delta_nll_rare_tiny(data, tmp_path, monkeypatch):
+    """The rare set comes from correct base samples; scoring the base model itself gives exactly 0."""
+    rows = reward.load_jsonl(data / "eval" / "math500.jsonl")[:3]
+    train = tmp_path / "train.jsonl"
+    train.write_text("".join(json.dumps({"problem": r["problem"], "answer": r["answer"]}) + "\n" for r in rows))
+    tok = reward.load_tokenizer(str(data / "tokenizers" / "qwen2.5"))
+    for r in rows:
+        ids = tok(reward.format_prompt(tok, r["problem"], "qwen2.5"), add_special_tokens=False)["input_ids"]
+        PlantedEngine.golds[tuple(ids)] = tok(f"\\boxed{{{r['answer']}}}", add_special_tokens=False)["input_ids"]
+    monkeypatch.setattr(rollout, "make_engine", lambda kind, model, pad, **kw: PlantedEngine(model, pad))
+    common = dict(model="tiny", n=1, max_new_tokens=4, workers=0, rare_prompts=3, rare_samples=2, rare_frac=0.5)
+    evaluate.main(evaluate.Config(mode="rare_select", data=str(train), out=str(tmp_path / "rare.json"), **common))
+    rare = json.loads((tmp_path / "rare.json").read_text())
+    assert rare["correct"] == 3 and len(rare["selected"]) == 2
+    assert rare["selected"][0]["nll_base"] >= rare["selected"][1]["nll_base"] > 0
+    delta = evaluate.main(evaluate.Config(mode="rare_score", rare=str(tmp_path / "rare.json"),
+                                          out=str(tmp_path / "score.json"), **common))
+    assert delta == pytest.approx(0.0, abs=1e-5)
+
+
+def test_config_errors():
+    with pytest.raises(ValueError, match="--inputs"):
+        evaluate.Config(mode="compare", inputs=("a.json",))
+    with pytest.raises(ValueError, match="--benchmarks"):
+        evaluate.Config(benchmarks=("mmlu",))
+    assert math.isclose(evaluate.Config().temperature, 1.0) and evaluate.Config().n == 1024
