@@ -13,6 +13,7 @@ import os
 import shutil
 import sys
 import tempfile
+import types
 import typing
 from pathlib import Path
 
@@ -22,7 +23,8 @@ REPO = Path(__file__).resolve().parent
 def parse_config(cls, argv=None, doc=None):
     """Build `cls` (a dataclass) from `--name value` flags, one flag per field, names unchanged.
 
-    bool fields take true/false; tuple fields take one or more values (`--gammas 0 1`).
+    bool fields take true/false; tuple fields take one or more values (`--gammas 0 1`); a field typed
+    `float | None` takes a float, None being its "not given" default.
     A Config validates itself in __post_init__ by raising ValueError("--flag ..."); that message is
     printed as one line and the program exits with status 2, like any other bad flag.
     """
@@ -32,6 +34,8 @@ def parse_config(cls, argv=None, doc=None):
         typ, default = hints[f.name], f.default
         if default is dataclasses.MISSING:
             default = f.default_factory()
+        if typing.get_origin(typ) in (typing.Union, types.UnionType):  # `float | None` -> float
+            typ = next(a for a in typing.get_args(typ) if a is not type(None))
         kwargs = dict(default=default, help=f"default: {default}")
         if typing.get_origin(typ) is tuple:           # tuple[int, ...] -> nargs="+"
             kwargs.update(type=typing.get_args(typ)[0], nargs="+")

@@ -136,34 +136,43 @@ class TorchEngine:
                                     generator=torch.Generator().manual_seed(mix_seed(seeds[b // n], b % n)))
                          for b in range(B)]).to(device)                 # (B, max_new_tokens)
 
-        tokens = [[] for _ in range(B)]
-        logps = [[] for _ in range(B)]
-        reason = ["length"] * B
-        alive = torch.arange(B, device=device)                          # rows still generating
+        out_tok = torch.zeros(B, max_new_tokens, dtype=torch.long)
+        out_logp = torch.zeros(B, max_new_tokens, dtype=torch.float64)
+        length = torch.full((B,), max_new_tokens)                     # set when a stop is sampled
+        hit_stop = torch.zeros(B, dtype=torch.bool)
+        stop_ids = torch.tensor(sorted(stop), dtype=torch.long, device=device)
+        rows = torch.arange(B, device=device)                          # batch row -> completion
+        done = torch.zeros(B, dtype=torch.bool, device=device)
         for t in range(max_new_tokens):
             logp = sampling_logprobs(logits, temperature, top_p, top_k)               # (b, V)
-            tok = sample_from_uniform(logp, u[alive, t])                              # (b,)
-            tok_logp = logp.gather(-1, tok[:, None]).squeeze(-1)                      # (b,)
-            keep = []
-            for j, (row, k, lp) in enumerate(zip(alive.tolist(), tok.tolist(), tok_logp.tolist())):
-                tokens[row].append(k)
-                logps[row].append(lp)
-                if k in stop:
-                    reason[row] = "stop"
-                else:
-                    keep.append(j)
-            if not keep or t == max_new_tokens - 1:
+            tok = sample_from_uniform(logp, u[rows, t])                               # (b,)
+            live = ~done
+            out_tok[rows[live].cpu(), t] = tok[live].cpu()
+            out_logp[rows[live].cpu(), t] = logp.gather(-1, tok[:, None]).squeeze(-1)[live].double().cpu()
+            stopped = live & torch.isin(tok, stop_ids)
+            length[rows[stopped].cpu()] = t + 1
+            hit_stop[rows[stopped].cpu()] = True
+            done |= stopped
+            if done.all() or t == max_new_tokens - 1:
                 break
-            if len(keep) < len(alive):                                  # drop finished rows
-                keep = torch.tensor(keep, device=device)
+            # Finished rows leave the batch once they are a quarter of it: every compaction copies
+            # the whole KV cache, so doing it at each finish would cost more than it saves.
+            if done.sum() * 4 >= len(rows):
+                keep = (~done).nonzero().squeeze(-1)
                 cache.batch_select_indices(keep)
-                alive, tok, attn, next_pos = alive[keep], tok[keep], attn[keep], next_pos[keep]
-            attn = torch.cat([attn, attn.new_ones(len(alive), 1)], dim=1)
+                rows, tok, attn, next_pos, done = rows[keep], tok[keep], attn[keep], next_pos[keep], done[keep]
+            # rows that are done but not yet dropped feed a pad token; their outputs are ignored
+            tok = tok.masked_fill(done, self.pad_token_id)
+            attn = torch.cat([attn, (~done).long()[:, None]], dim=1)
             out = self.model(input_ids=tok[:, None], attention_mask=attn,
                              position_ids=next_pos[:, None], past_key_values=cache, use_cache=True)
             cache, logits = out.past_key_values, out.logits[:, -1]
             next_pos = next_pos + 1
-        return Rollouts([b // n for b in range(B)], tokens, logps, reason)
+        n_tok = length.tolist()
+        return Rollouts([b // n for b in range(B)],
+                        [out_tok[b, :n_tok[b]].tolist() for b in range(B)],
+                        [out_logp[b, :n_tok[b]].tolist() for b in range(B)],
+                        ["stop" if s else "length" for s in hit_stop.tolist()])
 
     @torch.no_grad()
     def load_weights(self, named_tensors):
