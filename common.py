@@ -79,6 +79,7 @@ def atomic_write_text(path, text):
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    os.chmod(tmp, 0o644)                               # mkstemp makes it 0600; a results file is shared
     with os.fdopen(fd, "w") as f:
         f.write(text)
         f.flush()

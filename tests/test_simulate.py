@@ -1,0 +1,249 @@
+"""Tests of simulate.py: the one-step theory, the fast simulator against per-sample autograd, Lemma 3.1.
+
+    .venv/bin/python -m pytest -q tests/test_simulate.py          # ~20 s on 2 cores
+"""
+import json
+
+import numpy as np
+import pytest
+import torch
+
+import simulate as S
+from common import parse_config
+
+
+def small_cfg(**kw):
+    """50 actions, 10 correct: big enough for mixed groups and duplicates, small enough for autograd."""
+    base = dict(num_actions=50, num_correct=10, anchor_logit=2.0, correct_logit=1.0, lr=0.05,
+                steps=5, group_sizes=(4,), gammas=(0.0,), seeds=1, workers=1)
+    return S.Config(**{**base, **kw})
+
+
+def random_policy(K=8, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(K, generator=g, dtype=torch.float64)
+
+
+# -----------------------------------------------------------------------------
+# One-step theory (PAPER §4.2-4.3)
+
+# sampled: counts over 8 actions (0-3 correct). Action 3 is correct but unsampled; 7 is wrong, unsampled.
+CORRECT = np.array([1, 1, 1, 1, 0, 0, 0, 0], bool)
+COUNTS = np.array([2, 1, 0, 0, 1, 3, 1, 0])
+N = int(COUNTS.sum())
+
+
+def test_delta_logits_is_eta_times_gradient_of_distinct_surrogate():
+    """Eq. 5 equals eta * grad_z of (1/N) sum_{A u B} R_j p_j, exactly (float64)."""
+    z = random_policy().requires_grad_()
+    p = torch.softmax(z, 0)
+    s = torch.from_numpy(COUNTS > 0)
+    R = torch.where(torch.from_numpy(CORRECT), 1.0, -1.0).double()
+    ((R * p)[s].sum() / N).backward()
+    eta = 0.3
+    dz = S.delta_logits(p.detach().numpy(), CORRECT, COUNTS, 1.0, -1.0, eta, N)
+    np.testing.assert_allclose(dz, eta * z.grad.numpy(), rtol=1e-12, atol=1e-15)
+
+
+@pytest.mark.parametrize("r_correct, r_wrong", [(1.0, -1.0), (0.25, -1.75), (1.0, 0.0)])
+def test_delta_Q_matches_exact_softmax_to_first_order(r_correct, r_wrong):
+    """Hu et al. Eq. 17 and Eq. 10 against the real softmax after the Eq. 5 step: the error is O(eta^2).
+
+    (0.25, -1.75) is the simulation's centred advantage R - rbar for rbar = 0.75 (S_R > 0 here).
+    A wrong term would leave an O(eta) error, which the ratio check below catches."""
+    z = random_policy().numpy()
+    p = np.exp(z) / np.exp(z).sum()
+    unsampled_correct = CORRECT & (COUNTS == 0)
+
+    def exact(eta):
+        dz = S.delta_logits(p, CORRECT, COUNTS, r_correct, r_wrong, eta, N)
+        q = np.exp(z + dz) / np.exp(z + dz).sum()
+        return q[CORRECT].sum() - p[CORRECT].sum(), q[unsampled_correct].sum() - p[unsampled_correct].sum()
+
+    errors = []
+    for eta in (1e-2, 1e-3):
+        dQ, dQu = exact(eta)
+        first = (S.delta_Q_pos(p, CORRECT, COUNTS, r_correct, r_wrong, eta, N),
+                 S.delta_Q_u_pos(p, CORRECT, COUNTS, r_correct, r_wrong, eta, N))
+        assert abs(first[0]) > 0 and abs(first[1]) > 0
+        errors.append(np.abs(np.array([dQ, dQu]) - first))
+        assert np.all(errors[-1] <= 10 * eta ** 2 / N), (eta, errors[-1])
+    ratio = errors[0] / errors[1]                       # 100 for an O(eta^2) error, 10 for O(eta)
+    assert np.all((ratio > 50) & (ratio < 200)), ratio
+
+
+def test_unsampled_correct_mass_drops_when_baseline_positive():
+    """Prop. 3.2's reading: a mostly-correct batch (S_R > 0) drains the correct actions it did not draw."""
+    z = random_policy().numpy()
+    p = np.exp(z) / np.exp(z).sum()
+    counts = np.array([3, 2, 1, 0, 1, 0, 0, 0])         # 6 of 7 draws correct
+    assert S.batch_sums(p, CORRECT, counts, 1.0, -1.0)["S_R"] > 0
+    assert S.delta_Q_u_pos(p, CORRECT, counts, 1.0, -1.0, 0.01, 7) < 0
+
+
+# -----------------------------------------------------------------------------
+# The sampler and the closed-form gradient against per-sample autograd
+
+@pytest.mark.parametrize("n", [30, 200])              # 30 <= 2K: inverse CDF; 200 > 2K: conditional binomials
+def test_sample_counts_is_multinomial(n):
+    K, draws = 50, 10_000
+    p = torch.softmax(random_policy(K, seed=1).float() * 2, 0)
+    p[7] = 0.0                                          # a zero-probability action is never drawn
+    rng = np.random.default_rng(0)
+    total = np.zeros(K)
+    for _ in range(draws):
+        idx, c = S.sample_counts(p, n, rng)
+        assert c.sum().item() == n and bool((c > 0).all()) and bool((idx[1:] > idx[:-1]).all())
+        total[idx.numpy()] += c.numpy()
+    q = p.double().numpy() / p.double().sum().item()
+    sigma = np.sqrt(n * q * (1 - q) / draws) + 1e-12
+    assert total[7] == 0
+    assert np.all(np.abs(total / draws - n * q) < 4.5 * sigma), np.max(np.abs(total / draws - n * q) / sigma)
+
+
+def fast_and_naive(cfg, N, gamma, steps, seed=0):
+    """Run both paths on the same samples (drawn by the naive one); yield both states after each step."""
+    z0, R = S.initial_logits(cfg), S.reward_vector(cfg)
+    z_fast = z0.clone()[None].requires_grad_()                              # (1, K)
+    z_fast.grad = torch.zeros_like(z_fast)
+    opt_fast = S.make_optimizer(z_fast, cfg)
+    z_naive = z0.clone().requires_grad_()                                   # (K,)
+    opt_naive = torch.optim.AdamW([z_naive], lr=cfg.lr, weight_decay=cfg.weight_decay)
+    gen = torch.Generator().manual_seed(seed)
+    for _ in range(steps):
+        a = torch.multinomial(torch.softmax(z_naive.detach(), 0), N, replacement=True, generator=gen)
+        S.naive_step(z_naive, opt_naive, N, gamma, R, cfg.surrogate, a=a)
+        idx, c = a.unique(return_counts=True)
+        p = torch.softmax(z_fast.detach()[0], 0)
+        z_fast.grad[0] = S.surrogate_grad(p, idx, c.float(), N, gamma, R, cfg.surrogate, cfg.r_correct, cfg.r_wrong)
+        grads = z_fast.grad[0].clone(), z_naive.grad.clone()
+        opt_fast.step()
+        yield a, grads, z_fast.detach()[0], z_naive.detach()
+
+
+@pytest.mark.parametrize("surrogate", ["distinct", "counts"])
+@pytest.mark.parametrize("gamma", [0.0, 1.0])
+@pytest.mark.parametrize("N", [1, 5, 64, 1000])
+def test_fast_step_equals_naive_autograd(surrogate, gamma, N):
+    """Same samples -> same gradient (before AdamW, which would hide a scale error) and same logits
+    after 6 steps, within 1e-6."""
+    cfg = small_cfg(surrogate=surrogate)
+    mixed = 0
+    for a, (g_fast, g_naive), zf, zn in fast_and_naive(cfg, N, gamma, steps=6):
+        mixed += bool(0 < (a < cfg.num_correct).sum() < N)
+        np.testing.assert_allclose(g_fast, g_naive, rtol=1e-5, atol=1e-9 * g_naive.abs().max().item())
+        np.testing.assert_allclose(zf, zn, atol=1e-6, rtol=0)
+    assert N == 1 or mixed > 0, "no mixed group: every gradient was zero and the test proved nothing"
+
+
+def test_distinct_and_counts_readings_differ():
+    """Regression guard: the --surrogate flag must change the update whenever an action is drawn twice."""
+    grads = {}
+    for surrogate in ("distinct", "counts"):
+        cfg = small_cfg(surrogate=surrogate)
+        a, (g, _), _, _ = next(fast_and_naive(cfg, 64, 0.0, steps=1))
+        grads[surrogate] = g
+    assert a.unique().numel() < 64
+    assert (grads["distinct"] - grads["counts"]).abs().max() > 1e-3 * grads["counts"].abs().max()
+
+
+def test_fast_simulator_matches_naive_in_distribution():
+    """run_rows (numpy sampler, closed form, batched AdamW) against the naive loop (torch.multinomial,
+    autograd), over 64 seeds each: mean Q_pos and M_ret at the end agree within 4 standard errors.
+    Here the two surrogate readings differ by ~30 standard errors, so a mix-up would show."""
+    cfg = small_cfg(steps=40, lr=0.1, surrogate="distinct")
+    seeds = range(64)
+    _, log, _ = S.run_rows([(16, 0.0, s) for s in seeds], cfg)
+    fast = np.array([log["Q_pos"][-1], log["M_ret"][-1]])                   # (2, seeds)
+    R, p0_pos = S.reward_vector(cfg), torch.softmax(S.initial_logits(cfg), 0)[: cfg.num_correct]
+    naive = []
+    for s in seeds:
+        z = S.initial_logits(cfg).requires_grad_()
+        opt = torch.optim.AdamW([z], lr=cfg.lr, weight_decay=cfg.weight_decay)
+        gen = torch.Generator().manual_seed(1000 + s)
+        for _ in range(cfg.steps):
+            S.naive_step(z, opt, 16, 0.0, R, cfg.surrogate, generator=gen)
+        naive.append([v.item() for v in S.metrics(torch.softmax(z.detach(), 0), p0_pos, cfg.num_correct)])
+    naive = np.array(naive).T
+    se = np.sqrt(fast.var(1, ddof=1) / len(seeds) + naive.var(1, ddof=1) / len(seeds))
+    assert np.all(se > 0)
+    assert np.all(np.abs(fast.mean(1) - naive.mean(1)) < 4 * se), (fast.mean(1), naive.mean(1), se)
+    assert abs(fast[0].mean() - log["Q_pos"][0][0]) > 4 * se[0], "Q_pos did not move: nothing was tested"
+
+
+# -----------------------------------------------------------------------------
+# Lemma 3.1 (PAPER §4.1, §5)
+
+@pytest.mark.parametrize("mu, tau, n", [(0.8, 0.008, 15), (0.5, 0.025, 6), (0.2, 0.04, 9), (0.64, 0.01, 64),
+                                        (0.3, 0.1, 1), (0.9, 0.5, 3)])
+def test_tail_miss_probability_matches_monte_carlo(mu, tau, n):
+    """Categorical draws into E / other correct / wrong; B = active (0 < X < N) and no draw in E."""
+    trials = 200_000
+    c = np.random.default_rng(0).multinomial(n, [tau, mu - tau, 1 - mu], size=trials)    # (trials, 3)
+    X = c[:, 0] + c[:, 1]
+    hit = np.mean((X > 0) & (X < n) & (c[:, 0] == 0))
+    P = float(S.tail_miss_probability(mu, tau, n))
+    assert abs(hit - P) <= 3 * np.sqrt(P * (1 - P) / trials) + 1e-12, (hit, P)
+
+
+@pytest.mark.parametrize("mu, rho, n_star, peak", [(0.8, 0.01, 15, 0.856), (0.8, 0.2, 4, 0.328),
+                                                   (0.5, 0.05, 6, 0.832), (0.3, 0.1, 8, 0.726),
+                                                   (0.2, 0.01, 21, 0.950), (0.2, 0.2, 9, 0.558)])
+def test_tail_miss_argmax_table(mu, rho, n_star, peak):
+    """Cells of the integer-argmax table in PAPER §4.1 (the doc's own arithmetic from the Lemma)."""
+    got_n, got_peak = S.tail_miss_argmax(mu, rho * mu, n_max=4096)
+    assert got_n == n_star and round(got_peak, 3) == peak
+
+
+def test_fig5_reference_values():
+    """PAPER §5: Lemma 3.1 at mu_pos = 0.64, tau = 6.3e-5 (three significant digits)."""
+    ref = {1: 0.0, 2: 0.461, 4: 0.815, 8: 0.971, 16: 0.998, 512: 0.968, 4096: 0.773, 8192: 0.597,
+           16384: 0.356, 32768: 0.127, 65536: 0.016, 131072: 2.6e-4}
+    got = S.tail_miss_probability(0.64, 6.3e-5, np.array(list(ref)))
+    np.testing.assert_allclose(got, list(ref.values()), rtol=0.03, atol=5e-4)
+    assert got[-1] < 1e-3
+
+
+def test_initial_state_matches_paper():
+    """PAPER §5: Q_pos = 0.6301, anchor p = 4.65e-4, other correct 6.30e-5, wrong 3.13e-6."""
+    p = torch.softmax(S.initial_logits(S.Config()).double(), 0)
+    assert round(p[:10_000].sum().item(), 4) == 0.6301
+    np.testing.assert_allclose([p[0].item(), p[1].item(), p[-1].item()], [4.65e-4, 6.30e-5, 3.13e-6], rtol=2e-3)
+
+
+# -----------------------------------------------------------------------------
+# The entry point
+
+@pytest.mark.parametrize("argv, flag", [
+    (["--group_sizes", "0"], "--group_sizes"), (["--gammas", "0", "-1"], "--gammas"),
+    (["--num_actions", "100", "--num_correct", "100"], "--num_correct"), (["--num_correct", "0"], "--num_correct"),
+    (["--steps", "0"], "--steps"), (["--seeds", "0"], "--seeds"), (["--lr", "0"], "--lr"),
+    (["--weight_decay", "-1"], "--weight_decay"), (["--surrogate", "dups"], "--surrogate"),
+    (["--log_every", "0"], "--log_every"), (["--r_correct", "-1"], "--r_correct"),
+    (["--group_sizes", "2", "2"], "--group_sizes")])
+def test_bad_flags_are_refused(argv, flag, capsys):
+    with pytest.raises(SystemExit) as e:
+        parse_config(S.Config, argv)
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and flag in err[0], err
+
+
+def test_main_reduced_run_and_plot_only(tmp_path):
+    """The docstring's reduced run, in process; the worker split must not change any number."""
+    argv = ["--num_actions", "1000", "--num_correct", "100", "--steps", "5", "--group_sizes", "2", "8",
+            "--seeds", "2", "--log_every", "2", "--out_dir", str(tmp_path)]
+    S.main(parse_config(S.Config, argv + ["--workers", "1"]))
+    res = json.loads((tmp_path / "results.json").read_text())
+    assert len(res["runs"]) == 2 * 2 * 2 and res["steps"] == [0, 2, 4, 5]
+    run = res["runs"][0]
+    assert len(run["Q_pos"]) == 4 and run["Q_pos"][-1] == run["Q_pos_final"] and 0 < run["M_ret_final"] <= 1
+    assert res["config"]["surrogate"] == "distinct"
+    for name in ("fig2.png", "fig3.png", "fig5.png"):
+        (tmp_path / name).unlink()
+    S.main(parse_config(S.Config, argv + ["--plot_only", "true"]))
+    assert all((tmp_path / n).stat().st_size > 10_000 for n in ("fig2.png", "fig3.png", "fig5.png"))
+    rows, log, _ = S.run_rows([(8, 1.0, 1), (2, 0.0, 0)], parse_config(S.Config, argv))   # other grouping
+    mine = {(r["N"], r["gamma"], r["seed"]): r["Q_pos_final"] for r in res["runs"]}
+    for i, key in enumerate(rows):
+        assert abs(log["Q_pos"][-1][i] - mine[key]) < 1e-6
