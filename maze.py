@@ -1,0 +1,454 @@
+"""
+Single-solution maze: Prim generator, 32-token vocabulary, walk reward, and the SFT warm-start policy
+(F-GRPO Sec. 5.2 / App. K; PAPER.md §6). Library for train.py / evaluate.py, and an entry point.
+
+    python maze.py                                   # CPU default: 9x9 mazes, 900 SFT steps, ~10 min
+    python maze.py --size 17 --steps 1500            # paper scale (17x17, 1,500 steps; a GPU is advised)
+    python maze.py --show_seed 3                     # print one maze and its shortest path, then exit
+    python maze.py --steps 2 --eval_mazes 4          # smoke test, seconds
+
+`python maze.py` trains a 3.9M-parameter Qwen2 from scratch on shortest paths, saves a checkpoint
+directory (out/maze_sft: config, safetensors, tokenizer, generation config, sft.json) that
+AutoModelForCausalLM / AutoTokenizer / vLLM load as is, reloads it, and reports pass@1 on 256
+held-out mazes (4 samples each, temperature 1.0) under both reward rules.
+
+Decisions the paper leaves open (PAPER §10 rows 19-22) and what we chose:
+1) Mazes come from our seeded Prim generator, made on the fly, never stored (the published 1M set is
+   not used). Start and goal are two distinct room cells drawn uniformly; MaxRL's rule is unknown.
+   The shortest-path-length distribution, which sets difficulty, is printed and saved.
+2) Held-out mazes are split off by content as well as by seed: a maze is held out iff
+   crc32(grid) % HELDOUT_MOD == 0. Held-out mazes use seeds >= HELDOUT_SEED0; training mazes use
+   seeds below it and skip held-out grids, so no training maze ever equals a held-out one. A seed
+   split alone does not promise that at 9x9, where a long RL run draws millions of mazes from a
+   space of about 2e7.
+3) Reward: the walk rule of MaxRL's judge_maze (PAPER §6.2, §10 row 19) for training and pass@K.
+   strict=True (exact shortest path) is logged next to it.
+4) SFT: lr 5e-4 on a cosine schedule that reaches 0 at --steps. MaxRL's cosine spans 10 epochs, so it
+   is flat over 1,500 steps; we decay because our CPU run is short. fp32 (the paper trains in bf16).
+5) CPU default 9x9 / 900 steps: about 10 minutes on 2 cores, and held-out pass@1 lands inside (0, 1)
+   (walk 0.15, strict 0.12): RL needs mixed groups, since all-equal rewards give zero advantage.
+6) Every vocabulary word is also a tokenizer "added token": transformers 5 loads any qwen2
+   checkpoint's tokenizer as its byte-level Qwen2Tokenizer, and only added tokens survive that.
+   The ids stay exact; its decoded text has no spaces, which maze_reward reads all the same.
+"""
+import json
+import math
+import os
+import random
+import re
+import time
+import zlib
+from collections import Counter, deque
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+import transformers
+from tokenizers import AddedToken, Tokenizer, models, pre_tokenizers
+from tqdm import tqdm
+from transformers import (AutoModelForCausalLM, GenerationConfig, PreTrainedTokenizerFast, Qwen2Config,
+                          Qwen2ForCausalLM)
+
+import rollout
+from common import atomic_dir, atomic_write_json, check, parse_config
+
+# -----------------------------------------------------------------------------
+# Mazes: a (2k+1) x (2k+1) grid, border walls, "rooms" at odd coordinates (PAPER §6.2)
+
+MOVES = {"UP": (-1, 0), "DOWN": (1, 0), "LEFT": (0, -1), "RIGHT": (0, 1)}
+HELDOUT_SEED0 = 1_000_000_000    # training seeds are [0, HELDOUT_SEED0); held-out seeds start here
+HELDOUT_MOD = 8                  # a grid is held out iff crc32(grid) % HELDOUT_MOD == 0 (1/8 of mazes)
+MIN_SIZE = 7                     # 5x5 has 4 rooms and only 48 distinct mazes: too few to split
+
+
+def make_maze(size, seed):
+    """A perfect maze by randomized Prim's algorithm: list of `size` strings over # . S G.
+
+    Every room (odd row, odd column) is joined to the growing tree through one random frontier
+    edge, so the open cells form a spanning tree and exactly one simple path joins S and G.
+    """
+    check(isinstance(size, int) and not isinstance(size, bool) and size % 2 == 1 and size >= MIN_SIZE,
+          f"size: expected an odd integer >= {MIN_SIZE}, got {size!r}")
+    rng = random.Random(seed)
+    k = size // 2                                     # rooms per side; room (i, j) is cell (2i+1, 2j+1)
+    cells = [["#"] * size for _ in range(size)]
+    first = (rng.randrange(k), rng.randrange(k))
+    in_tree, frontier = {first}, []
+
+    def grow(room):                                   # open a room and queue its edges to outside rooms
+        i, j = room
+        cells[2 * i + 1][2 * j + 1] = "."
+        for di, dj in MOVES.values():
+            nb = (i + di, j + dj)
+            if 0 <= nb[0] < k and 0 <= nb[1] < k and nb not in in_tree:
+                frontier.append((room, nb))
+
+    grow(first)
+    while frontier:
+        x = rng.randrange(len(frontier))              # a uniformly random frontier edge
+        frontier[x], frontier[-1] = frontier[-1], frontier[x]
+        (i, j), nb = frontier.pop()
+        if nb in in_tree:                             # both ends already joined: would close a cycle
+            continue
+        in_tree.add(nb)
+        cells[i + nb[0] + 1][j + nb[1] + 1] = "."     # the wall cell between the two rooms
+        grow(nb)
+    s, g = rng.sample(range(k * k), 2)                # start != goal, uniform over rooms
+    cells[2 * (s // k) + 1][2 * (s % k) + 1] = "S"
+    cells[2 * (g // k) + 1][2 * (g % k) + 1] = "G"
+    return ["".join(row) for row in cells]
+
+
+def is_heldout(grid):
+    """The content split of decision 2: a stable hash, so it never depends on the seed."""
+    return zlib.crc32("\n".join(grid).encode()) % HELDOUT_MOD == 0
+
+
+def heldout_mazes(size, n):
+    """The first n held-out mazes of this size (seeds HELDOUT_SEED0, +1, ... that hash held out)."""
+    out, seed = [], HELDOUT_SEED0
+    while len(out) < n:
+        grid = make_maze(size, seed)
+        if is_heldout(grid):
+            out.append(grid)
+        seed += 1
+    return out
+
+
+def train_mazes(size, n, rng):
+    """n fresh training mazes; `rng` (a random.Random) picks the seeds, so the caller controls them."""
+    out = []
+    while len(out) < n:
+        grid = make_maze(size, rng.randrange(HELDOUT_SEED0))
+        if not is_heldout(grid):
+            out.append(grid)
+    return out
+
+
+def find(grid, ch):
+    return next((r, row.index(ch)) for r, row in enumerate(grid) if ch in row)
+
+
+def step(grid, pos, move):
+    """One move of the walk; None when it leaves the grid or enters a wall."""
+    r, c = pos[0] + MOVES[move][0], pos[1] + MOVES[move][1]
+    if not (0 <= r < len(grid) and 0 <= c < len(grid[r])) or grid[r][c] == "#":
+        return None
+    return r, c
+
+
+def solve(grid):
+    """The shortest (in a perfect maze: the only simple) path from S to G, by BFS, as moves."""
+    start, goal = find(grid, "S"), find(grid, "G")
+    came = {start: None}                               # cell -> (previous cell, move taken)
+    queue = deque([start])
+    while queue:
+        pos = queue.popleft()
+        for move in MOVES:
+            nxt = step(grid, pos, move)
+            if nxt is not None and nxt not in came:
+                came[nxt] = (pos, move)
+                queue.append(nxt)
+    moves, pos = [], goal
+    while came[pos] is not None:
+        pos, move = came[pos]
+        moves.append(move)
+    return moves[::-1]
+
+
+def maze_reward(grid, completion, strict=False):
+    """1.0 or 0.0 for a completion (decoded text, or a list of token strings). Never raises.
+
+    Walk rule (MaxRL judge_maze, PAPER §6.2): cut at the first DONE (no DONE -> 0); every token
+    before it must be a move (else 0); walk from S: off the grid or into a wall -> 0, reaching G -> 1
+    at once even if more moves follow; otherwise 0. It accepts detours that step into a dead end and
+    come back. strict=True: 1 only if the moves before DONE are exactly the shortest path.
+    Text is split into vocabulary words (see WORD), so "RIGHT DONE" and "RIGHTDONE" read the same.
+    """
+    if isinstance(completion, str):
+        tokens = WORD.findall(completion)
+    elif isinstance(completion, (list, tuple)) and all(isinstance(t, str) for t in completion):
+        tokens = list(completion)
+    else:
+        return 0.0                                    # None, bytes, ids...: not a completion we can read
+    if "DONE" not in tokens:
+        return 0.0
+    moves = tokens[:tokens.index("DONE")]             # what follows DONE (<eos>, junk) is ignored
+    if strict:
+        return float(moves == solve(grid))
+    if any(m not in MOVES for m in moves):
+        return 0.0
+    pos, goal = find(grid, "S"), find(grid, "G")
+    for m in moves:
+        pos = step(grid, pos, m)
+        if pos is None:
+            return 0.0
+        if pos == goal:
+            return 1.0
+    return 0.0
+
+
+def render(grid, path=None):
+    """The maze for humans, cells space-separated; `path` (moves) marked * up to G, X where it bumps."""
+    cells, pos = [list(row) for row in grid], find(grid, "S")
+    for m in path or []:
+        if m not in MOVES:
+            break
+        r, c = pos[0] + MOVES[m][0], pos[1] + MOVES[m][1]
+        if step(grid, pos, m) is None:                # a wall or the edge ends the drawing
+            if 0 <= r < len(grid) and 0 <= c < len(grid[r]):
+                cells[r][c] = "X"
+            break
+        pos = (r, c)
+        if grid[r][c] == "G":
+            break
+        if grid[r][c] == ".":
+            cells[r][c] = "*"
+    return "\n".join(" ".join(row) for row in cells)
+
+
+# -----------------------------------------------------------------------------
+# Vocabulary and formats (PAPER §6.2): 32 word-level tokens, split on whitespace
+
+VOCAB = ["<pad>", "<bos>", "<eos>", "<unk>", "GRID_START", "GRID_END", "PATH_START", "DONE", "PATH",
+         "WALL", "GOAL", "START", "NEWLINE", "UP", "DOWN", "LEFT", "RIGHT", "\n"]
+VOCAB += [f"RESERVED_{i}" for i in range(14)]      # ids 18-31
+PAD, BOS, EOS = 0, 1, 2
+CELL_TOKEN = {"#": "WALL", ".": "PATH", "S": "START", "G": "GOAL"}
+# Splits decoded text into words: vocabulary words (longest first) with or without spaces between
+# them (decision 6), and any other character as a one-character word, which is never a move.
+WORD = re.compile("|".join(re.escape(w) for w in sorted(VOCAB, key=len, reverse=True) if w.strip())
+                  + r"|\S")
+
+
+def build_tokenizer():
+    """The vocabulary as a Hugging Face fast tokenizer; ids are positions in VOCAB.
+
+    WhitespaceSplit, not Whitespace, which would cut `<bos>` into `<`, `bos`, `>`. No post-processor,
+    so encoding adds nothing: the prompt text carries its own `<bos>`. Every word is also an added
+    token, so that transformers 5's Qwen2Tokenizer rebuild keeps the ids (decision 6). `\\n` (id 17)
+    is kept for MaxRL's ids; whitespace splitting means text never encodes to it.
+    """
+    tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(VOCAB)}, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tok.add_special_tokens([AddedToken(w, special=True) for w in VOCAB[:4]])
+    tok.add_tokens([AddedToken(w, special=False, normalized=False) for w in VOCAB[4:] if w.strip()])
+    return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<bos>", eos_token="<eos>",
+                                   pad_token="<pad>", unk_token="<unk>")
+
+
+def prompt_text(grid):
+    """`<bos> GRID_START` + cells row-major, NEWLINE between rows + `GRID_END PATH_START`."""
+    rows = " NEWLINE ".join(" ".join(CELL_TOKEN[c] for c in row) for row in grid)
+    return f"<bos> GRID_START {rows} GRID_END PATH_START"
+
+
+def completion_text(moves):
+    return " ".join(list(moves) + ["DONE", "<eos>"])
+
+
+def encode(tokenizer, texts):
+    """Token ids of each text, exactly the words written (no special tokens added)."""
+    return tokenizer(list(texts), add_special_tokens=False)["input_ids"]
+
+
+def prompt_len(size):
+    return size * size + (size - 1) + 4               # cells + NEWLINEs + 4 markers; 309 at 17x17
+
+
+def max_new_tokens_for(size):
+    """Sampling budget: twice the longest simple path (2*(k^2-1) moves) + DONE <eos>, room for
+    detours, capped so prompt + completion fit the 512 positions (203 at 17x17; MaxRL uses 180)."""
+    k = size // 2
+    return min(4 * (k * k - 1) + 2, 512 - prompt_len(size))
+
+
+# -----------------------------------------------------------------------------
+# Policy (PAPER §6.2): Qwen2, 4 layers, 3.9M parameters
+
+
+def model_config():
+    return Qwen2Config(vocab_size=len(VOCAB), hidden_size=256, intermediate_size=1024, num_hidden_layers=4,
+                       num_attention_heads=4, num_key_value_heads=2, hidden_act="silu", rms_norm_eps=1e-6,
+                       rope_theta=1e6, max_position_embeddings=512, tie_word_embeddings=True,
+                       attention_dropout=0.0, bos_token_id=BOS, eos_token_id=EOS, pad_token_id=PAD)
+
+
+def build_model():
+    """Random init (call torch.manual_seed first for a reproducible one)."""
+    return Qwen2ForCausalLM(model_config())
+
+
+def save_checkpoint(model, tokenizer, out_dir, info):
+    """config.json, model.safetensors, tokenizer, generation_config.json and sft.json, atomically."""
+    def write(tmp):
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        # transformers 5 writes tokenizer_class "TokenizersBackend", unknown to 4.x readers (an older
+        # vLLM stack); "PreTrainedTokenizerFast" loads the same tokenizer.json in both.
+        path = Path(tmp) / "tokenizer_config.json"
+        tok_cfg = {**json.loads(path.read_text()), "tokenizer_class": "PreTrainedTokenizerFast"}
+        path.write_text(json.dumps(tok_cfg, indent=1))
+        GenerationConfig(bos_token_id=BOS, eos_token_id=EOS, pad_token_id=PAD, do_sample=True,
+                         temperature=1.0, top_p=1.0).save_pretrained(tmp)
+        atomic_write_json(Path(tmp) / "sft.json", info)
+    atomic_dir(out_dir, write)
+
+
+# -----------------------------------------------------------------------------
+# SFT on shortest paths, and the held-out evaluation
+
+def sft_batch(tokenizer, grids):
+    """input_ids and labels (B, T): prompt + shortest path + DONE <eos>, right-padded with <pad>.
+    labels are -100 on the prompt and the padding: the loss covers tokens after PATH_START only."""
+    prompts = encode(tokenizer, [prompt_text(g) for g in grids])
+    targets = encode(tokenizer, [completion_text(solve(g)) for g in grids])
+    T = max(len(p) + len(t) for p, t in zip(prompts, targets))
+    ids = torch.full((len(grids), T), PAD)
+    labels = torch.full((len(grids), T), -100)
+    for b, (p, t) in enumerate(zip(prompts, targets)):
+        ids[b, :len(p) + len(t)] = torch.tensor(p + t)
+        labels[b, len(p):len(p) + len(t)] = torch.tensor(t)
+    return ids, labels
+
+
+def sft(model, tokenizer, cfg, device="cpu"):
+    """cfg.steps AdamW steps on fresh training mazes; returns the per-step loss (PAPER §6.2)."""
+    # Weight decay reaches every parameter, norms included; the paper does not say what it exempts.
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.95), weight_decay=0.01)
+    sched = torch.optim.lr_scheduler.LambdaLR(                 # cosine lr multiplier, 1 -> 0
+        opt, lambda s: 0.5 * (1.0 + math.cos(math.pi * s / cfg.steps)))
+    rng = random.Random(cfg.seed)                      # training maze seeds: keyed by --seed only
+    model.train()
+    losses = []
+    for _ in (bar := tqdm(range(cfg.steps), desc="sft", mininterval=2)):
+        ids, labels = (x.to(device) for x in sft_batch(tokenizer, train_mazes(cfg.size, cfg.batch_size, rng)))
+        # No attention mask: padding is on the right, so causal attention never lets a real
+        # token see a pad, and pads carry no loss.
+        logits = model(input_ids=ids).logits                                 # (B, T, V)
+        loss = F.cross_entropy(logits[:, :-1].flatten(0, 1).float(), labels[:, 1:].flatten(),
+                               ignore_index=-100)                            # mean over completion tokens
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        losses.append(loss.item())
+        bar.set_postfix(loss=f"{losses[-1]:.4f}", lr=f"{sched.get_last_lr()[0]:.2e}")
+    return losses
+
+
+def evaluate_mazes(engine, tokenizer, grids, n, seed, max_new_tokens=None, temperature=1.0):
+    """Sample n completions per maze through a rollout engine and count the correct ones.
+
+    Returns {"walk": [c_i], "strict": [c_i], "first": [text], "trunc_frac": float}: correct counts
+    per maze under each reward rule (pass@1 = sum(c) / (n * len(grids))), the first sample of each
+    maze decoded, and the fraction of samples stopped for length.
+    A maze's samples are seeded by (seed, the maze itself) alone, so they are the same whatever
+    batch, order or rank the maze lands in (STYLE.md §7; train.py splits the mazes over ranks).
+    """
+    size = len(grids[0])
+    prompts = encode(tokenizer, [prompt_text(g) for g in grids])
+    seeds = [rollout.mix_seed(seed, zlib.crc32("\n".join(g).encode())) for g in grids]
+    out = engine.generate(prompts, n, seeds, max_new_tokens=max_new_tokens or max_new_tokens_for(size),
+                          stop_token_ids=[EOS], temperature=temperature, top_p=1.0, top_k=0)
+    res = {"walk": [0] * len(grids), "strict": [0] * len(grids), "first": [None] * len(grids),
+           "trunc_frac": sum(r == "length" for r in out.finish_reason) / len(out.finish_reason)}
+    for i, ids in zip(out.prompt_index, out.token_ids):
+        tokens = tokenizer.convert_ids_to_tokens(ids)
+        res["walk"][i] += int(maze_reward(grids[i], tokens))
+        res["strict"][i] += int(maze_reward(grids[i], tokens, strict=True))
+        if res["first"][i] is None:
+            res["first"][i] = " ".join(tokens)
+    return res
+
+
+def checkpoint_size(path):
+    """The maze size a checkpoint directory was trained on (its sft.json, which train.py copies)."""
+    return json.loads((Path(path) / "sft.json").read_text())["config"]["size"]
+
+
+def length_histogram(grids):
+    """{shortest-path length: count}, sorted by length."""
+    return dict(sorted(Counter(len(solve(g)) for g in grids).items()))
+
+
+# -----------------------------------------------------------------------------
+# Entry point
+
+@dataclass
+class Config:
+    size: int = 9                 # grid side, odd, 7..17; 17 = the paper's mazes
+    steps: int = 900              # SFT steps; 1,500 at paper scale
+    batch_size: int = 32          # mazes per step (PAPER §6.2)
+    lr: float = 5e-4              # peak lr of the cosine schedule
+    out_dir: str = "out/maze_sft"
+    eval_mazes: int = 256         # held-out mazes (the paper's count); 0 skips the evaluation
+    eval_samples: int = 4         # samples per held-out maze at temperature 1.0
+    seed: int = 0                 # model init, training maze draws and evaluation samples
+    device: str = "auto"          # auto | cpu | cuda | cuda:N
+    threads: int = 0              # torch CPU threads; 0 = all cores
+    show_seed: int = -1           # >= 0: print maze `show_seed` with its shortest path and exit
+
+    def __post_init__(self):
+        check(self.size % 2 == 1 and MIN_SIZE <= self.size <= 17,
+              f"--size: expected an odd number in [{MIN_SIZE}, 17] (17 fills 512 positions), got {self.size}")
+        for flag, low in [("steps", 1), ("batch_size", 1), ("eval_samples", 1), ("eval_mazes", 0),
+                          ("threads", 0)]:
+            check(getattr(self, flag) >= low, f"--{flag}: must be >= {low}, got {getattr(self, flag)}")
+        check(self.lr > 0, f"--lr: must be > 0, got {self.lr}")
+        check(self.device == "auto" or self.device == "cpu" or self.device.startswith("cuda"),
+              f"--device: expected auto, cpu or cuda[:N], got {self.device!r}")
+
+
+def main(cfg):
+    torch.set_num_threads(cfg.threads or os.cpu_count() or 1)
+    if cfg.show_seed >= 0:
+        grid = make_maze(cfg.size, cfg.show_seed)
+        path = solve(grid)
+        print(render(grid, path) + f"\n\nshortest path ({len(path)} moves): {completion_text(path)}")
+        print(f"held out: {is_heldout(grid)}; prompt: {prompt_len(cfg.size)} tokens")
+        return
+    device = ("cuda" if torch.cuda.is_available() else "cpu") if cfg.device == "auto" else cfg.device
+    torch.manual_seed(cfg.seed)
+    tokenizer, model = build_tokenizer(), build_model().to(device)
+    print(f"config: {asdict(cfg)} | device {device} | {sum(p.numel() for p in model.parameters()):,} params")
+
+    heldout = heldout_mazes(cfg.size, cfg.eval_mazes)
+    lengths = length_histogram(heldout or heldout_mazes(cfg.size, 256))
+    mean_len = sum(k * v for k, v in lengths.items()) / sum(lengths.values())
+    print(f"held-out shortest-path lengths (moves: count), mean {mean_len:.1f}: {lengths}")
+
+    t0 = time.time()
+    losses = sft(model, tokenizer, cfg, device)
+    info = dict(config=asdict(cfg), device=device, sft_seconds=round(time.time() - t0, 1),
+                final_loss=sum(losses[-20:]) / len(losses[-20:]), losses=[round(x, 4) for x in losses],
+                path_lengths=lengths, mean_path_length=mean_len,
+                versions=dict(torch=torch.__version__, transformers=transformers.__version__))
+    print(f"sft: {cfg.steps} steps in {info['sft_seconds']}s, loss (last 20) {info['final_loss']:.4f}")
+    save_checkpoint(model, tokenizer, cfg.out_dir, info)
+    if not heldout:
+        return
+
+    # Evaluate the checkpoint as saved: what train.py will start RL from.
+    t0 = time.time()
+    model = AutoModelForCausalLM.from_pretrained(cfg.out_dir).to(device).eval()
+    engine = rollout.TorchEngine(model, pad_token_id=PAD)
+    res = evaluate_mazes(engine, tokenizer, heldout, cfg.eval_samples, cfg.seed)
+    total = cfg.eval_samples * len(heldout)
+    info["eval"] = dict(mazes=len(heldout), samples=cfg.eval_samples, temperature=1.0,
+                        pass1_walk=sum(res["walk"]) / total, pass1_strict=sum(res["strict"]) / total,
+                        solved_any_walk=sum(c > 0 for c in res["walk"]) / len(heldout),
+                        mixed_walk=sum(0 < c < cfg.eval_samples for c in res["walk"]) / len(heldout),
+                        seconds=round(time.time() - t0, 1), walk=res["walk"], strict=res["strict"])
+    atomic_write_json(Path(cfg.out_dir) / "sft.json", info)
+    e = info["eval"]
+    print(f"maze 0 sample: {res['first'][0]}\n{render(heldout[0], res['first'][0].split())}")
+    print(f"held-out pass@1 ({len(heldout)} mazes x {cfg.eval_samples} samples, T=1.0): "
+          f"walk {e['pass1_walk']:.3f} | strict {e['pass1_strict']:.3f} | any-correct "
+          f"{e['solved_any_walk']:.3f} | mixed {e['mixed_walk']:.3f} | eval {e['seconds']}s")
+
+
+if __name__ == "__main__":
+    main(parse_config(Config, doc=__doc__))
