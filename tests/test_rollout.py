@@ -5,8 +5,8 @@ import pytest
 import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
-from rollout import (TorchEngine, completion_logprobs, make_buckets, mix_seed, pack,
-                     sample_from_uniform, sampling_logprobs, sync_weights)
+from rollout import (TorchEngine, completion_logits, completion_logprobs, make_buckets, mix_seed, pack,
+                     sample_from_uniform, sampling_logprobs, sync_weights, token_logprobs)
 
 V, STOP = 16, 1
 
@@ -149,3 +149,20 @@ def test_bad_inputs():
         engine.generate([[]], n=2, seeds=[1], max_new_tokens=2, stop_token_ids=[STOP])
     assert math.isfinite(sum(engine.generate([[3]], 1, [0], max_new_tokens=2,
                                              stop_token_ids=[STOP]).logprobs[0]))
+
+
+def test_shared_prompt_layout_gives_the_same_logprobs():
+    """pack(share_prompts=True) computes each group's prompt once under a 4-D mask; the per-token
+    log-probs must equal the one-row-per-sequence layout. Groups of unequal completion lengths, a
+    group split over two runs of rows, and a different prompt in between."""
+    model = tiny_model()
+    prompts = [PROMPTS[0]] * 3 + [PROMPTS[1]] * 2 + [PROMPTS[0]] * 2
+    completions = [[5, 6, 7], [8], [9, 10, 11, 12, 13], [3, 3], [4], [14, 15], [2]]
+    plain = pack(prompts, completions, 0)
+    shared = pack(prompts, completions, 0, share_prompts=True)
+    assert shared["input_ids"].shape[0] == 3                       # three runs of equal prompts
+    with torch.no_grad():
+        a = token_logprobs(completion_logits(model, plain), plain)
+        b = token_logprobs(completion_logits(model, shared), shared)
+    assert torch.equal(plain["completion_mask"], shared["completion_mask"])
+    assert torch.allclose(a, b, atol=1e-5) and a.abs().sum() > 0
