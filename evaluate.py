@@ -7,6 +7,7 @@ paired m-out-of-n subsampling test between two runs, and Delta NLL_rare.
     python evaluate.py --model Qwen/Qwen2.5-7B --device cuda --out runs/eval/qwen25_base.json     # n = 1024, all
     python evaluate.py --mode compare --inputs runs/eval/grpo.json runs/eval/fgrpo.json --out runs/eval/cmp.json
     python evaluate.py --mode report --inputs runs/eval/grpo.json runs/eval/fgrpo.json --out runs/eval/table1
+    python evaluate.py --model out/maze_rl/final --benchmarks maze --n 64 --out runs/eval/maze.json   # Table 4
     python evaluate.py --mode rare_select --model Qwen/Qwen2.5-7B --device cuda --out runs/eval/rare_set.json
     python evaluate.py --mode rare_score --model runs/fgrpo/epoch5 --rare runs/eval/rare_set.json \
         --out runs/eval/rare_fgrpo.json
@@ -35,6 +36,7 @@ from pathlib import Path
 
 import numpy as np
 
+import ood
 import reward
 from common import atomic_write_json, atomic_write_text, check, data_dir, parse_config
 
@@ -44,11 +46,13 @@ BENCHMARKS = {
     "amc23": ("amc23.jsonl", "math"), "math500": ("math500.jsonl", "math"),
     "minerva": ("minerva_math.jsonl", "math"), "olympiadbench": ("olympiadbench.jsonl", "math"),
     "ifeval": ("ifeval.jsonl", "ifeval"), "synlogic": (None, "synlogic"), "gpqa": ("gpqa/dataset.zip", "gpqa"),
+    "maze": (None, "maze"),        # held-out mazes (PAPER §6); --model must be a maze checkpoint
 }
 MATH = ("aime24", "aime25", "amc23", "math500", "minerva", "olympiadbench")
 OOD = ("ifeval", "synlogic", "gpqa")
 LABELS = {"aime24": "AIME24", "aime25": "AIME25", "amc23": "AMC23", "math500": "MATH500", "minerva": "Minerva",
-          "olympiadbench": "Olympiad", "ifeval": "IFEval", "synlogic": "SynLogic", "gpqa": "GPQA-D"}
+          "olympiadbench": "Olympiad", "ifeval": "IFEval", "synlogic": "SynLogic", "gpqa": "GPQA-D",
+          "maze": "Maze"}
 SYNLOGIC_MSG = ("synlogic: skipped. Its eval split (SynLogic-Val) exists only on the Hugging Face hub and "
                 "is not in the data folder; the OOD average covers IFEval and GPQA only.")
 # (benchmark, row index) -> gold that math-verify parses as intended (choice 3)
@@ -157,7 +161,7 @@ def load_benchmark(name, max_problems=0):
     file, task = BENCHMARKS[name]
     path = data_dir() / "eval" / file
     if task == "gpqa":
-        rows = reward.load_gpqa(path)
+        rows = ood.load_gpqa(path)
     else:
         fields = ("problem", "instruction_id_list", "kwargs") if task == "ifeval" else ("problem", "answer")
         rows = reward.load_jsonl(path, fields)
@@ -209,8 +213,8 @@ def score(task, completions, rows, scorer):
     if task == "math":
         return scorer.score(completions, [r["answer"] for r in rows])
     if task == "gpqa":
-        return [float(reward.gpqa_letter(c) == r["answer"]) for c, r in zip(completions, rows)], {}
-    return [float(reward.ifeval_correct(c, r)) for c, r in zip(completions, rows)], {}
+        return [float(ood.gpqa_letter(c) == r["answer"]) for c, r in zip(completions, rows)], {}
+    return [float(ood.ifeval_correct(c, r)) for c, r in zip(completions, rows)], {}
 
 
 def evaluate_benchmark(cfg, name, engine, tok, family, scorer):
@@ -229,10 +233,22 @@ def evaluate_benchmark(cfg, name, engine, tok, family, scorer):
             "pass@k": pass_at_k_curve(cfg.n, c), "trunc_frac": truncated / (cfg.n * len(rows)), **stats}
 
 
+def evaluate_maze(cfg, engine, tok):
+    """Held-out mazes (PAPER §6): n samples each at T = 1; c counts the walk rule (what pass@k uses),
+    c_strict the exact shortest path. --max_problems sets the number of mazes (default 256)."""
+    import maze
+    grids = maze.heldout_mazes(maze.checkpoint_size(cfg.model), cfg.max_problems or 256)
+    res = maze.evaluate_mazes(engine, tok, grids, cfg.n, seed=cfg.seed, temperature=cfg.temperature)
+    return {"n": cfg.n, "task": "maze", "ids": list(range(len(grids))), "c": res["walk"],
+            "pass@k": pass_at_k_curve(cfg.n, res["walk"]), "c_strict": res["strict"],
+            "pass@k_strict": pass_at_k_curve(cfg.n, res["strict"]), "trunc_frac": res["trunc_frac"]}
+
+
 def run_eval(cfg):
     import rollout
     model, tok, family = load_model(cfg)
-    engine = rollout.make_engine(cfg.engine, model, pad_id(tok))
+    engine = rollout.make_engine(cfg.engine, cfg.model, pad_token_id=pad_id(tok), device=cfg.device,
+                                 dtype=model.dtype, model=model)
     result = {"config": asdict(cfg), "family": family, "benchmarks": {}}
     with reward.Scorer(workers=cfg.workers) as scorer:
         for name in cfg.benchmarks:
@@ -240,10 +256,12 @@ def run_eval(cfg):
                 print(SYNLOGIC_MSG)
                 result["benchmarks"][name] = {"skipped": SYNLOGIC_MSG}
                 continue
-            b = result["benchmarks"][name] = evaluate_benchmark(cfg, name, engine, tok, family, scorer)
+            b = result["benchmarks"][name] = (evaluate_maze(cfg, engine, tok) if name == "maze" else
+                                              evaluate_benchmark(cfg, name, engine, tok, family, scorer))
             print(f"{name}: " + " ".join(f"pass@{k} {v:.3f}" for k, v in b["pass@k"].items())
                   + f" | trunc {b['trunc_frac']:.3f}")
     result["averages"] = averages(result["benchmarks"])
+    engine.close()
     atomic_write_json(cfg.out, result)
     atomic_write_text(Path(cfg.out).with_suffix(".md"), table([result], [Path(cfg.out).stem]))
     print(f"wrote {cfg.out}")
@@ -268,12 +286,14 @@ def table(results, labels):
             return "-"
         ks = [k for k in b["pass@k"] if k <= 256]
         return f"{100 * b['pass@k'][1]:.1f}/{100 * b['pass@k'][max(ks)]:.1f}"
-    head = ["Run", "Math avg", *(LABELS[b] for b in MATH), "OOD avg", *(LABELS[b] for b in OOD)]
+    extra = [b for b in BENCHMARKS if b not in MATH + OOD and any(b in r["benchmarks"] for r in results)]
+    head = ["Run", "Math avg", *(LABELS[b] for b in MATH), "OOD avg", *(LABELS[b] for b in OOD),
+            *(LABELS[b] for b in extra)]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r, label in zip(results, labels):
         bm, av = r["benchmarks"], r.get("averages", {})
         row = [label, cell(av.get("math")), *(cell(bm.get(b)) for b in MATH),
-               cell(av.get("ood")), *(cell(bm.get(b)) for b in OOD)]
+               cell(av.get("ood")), *(cell(bm.get(b)) for b in OOD), *(cell(bm.get(b)) for b in extra)]
         lines.append("| " + " | ".join(row) + " |")
     ns = sorted({b["n"] for r in results for b in r["benchmarks"].values() if "n" in b})
     return "\n".join(lines) + f"\n\nCells: pass@1/pass@K in %, K = min(256, largest k <= n); n = {ns}.\n"
@@ -285,8 +305,8 @@ def plot(results, labels, path):
     import matplotlib.pyplot as plt
     panels = [("math avg", lambda r: r.get("averages", {}).get("math")),
               ("OOD avg", lambda r: r.get("averages", {}).get("ood"))]
-    panels += [(LABELS[b], lambda r, b=b: r["benchmarks"].get(b)) for b in MATH + OOD
-               if any("pass@k" in r["benchmarks"].get(b, {}) for r in results)]
+    panels += [(LABELS[b], lambda r, b=b: r["benchmarks"].get(b)) for b in BENCHMARKS]
+    panels = [(t, get) for t, get in panels if any("pass@k" in (get(r) or {}) for r in results)]
     cols, rows = 4, math.ceil(len(panels) / 4)
     fig, axes = plt.subplots(rows, cols, figsize=(4 * cols, 3 * rows), squeeze=False)
     for ax, (title, get) in zip(axes.flat, panels):
@@ -390,7 +410,8 @@ def run_rare_select(cfg):
     rows = random.Random(cfg.seed).sample(rows, min(cfg.rare_prompts, len(rows)))
     texts = [reward.format_prompt(tok, r["problem"], family) for r in rows]
     seeds = [zlib.crc32(f"{cfg.seed}:rare:{i}".encode()) for i in range(len(rows))]
-    engine = rollout.make_engine(cfg.engine, model, pad_id(tok))
+    engine = rollout.make_engine(cfg.engine, cfg.model, pad_token_id=pad_id(tok), device=cfg.device,
+                                 dtype=model.dtype, model=model)
     prompts, completions = [], []
     with reward.Scorer(workers=cfg.workers) as scorer:
         for s, out, decoded in sample(cfg, engine, tok, family, texts, seeds, cfg.rare_samples):
@@ -399,6 +420,7 @@ def run_rare_select(cfg):
                 if r == 1.0:
                     prompts.append(tok(texts[s + p], add_special_tokens=False)["input_ids"])
                     completions.append(ids)
+    engine.close()
     base = nll(model, tok, prompts, completions) if completions else []
     top = max(1, math.ceil(cfg.rare_frac * len(base))) if base else 0
     keep = sorted(range(len(base)), key=lambda i: -base[i])[:top]          # highest NLL = rarest

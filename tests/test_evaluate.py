@@ -110,7 +110,8 @@ def plant(monkeypatch, benchmarks):
         for r in rows:
             ids = tok(reward.format_prompt(tok, r["problem"], "qwen2.5", task), add_special_tokens=False)["input_ids"]
             PlantedEngine.golds[tuple(ids)] = tok(f"So \\boxed{{{r['answer']}}}<|im_end|>", add_special_tokens=False)["input_ids"]
-    monkeypatch.setattr(rollout, "make_engine", lambda kind, model, pad, **kw: PlantedEngine(model, pad))
+    monkeypatch.setattr(rollout, "make_engine", lambda kind, path, *, pad_token_id, model, **kw:
+                        PlantedEngine(model, pad_token_id))
 
 
 def test_end_to_end_tiny(data, tmp_path, monkeypatch):
@@ -149,7 +150,8 @@ def test_delta_nll_rare_tiny(data, tmp_path, monkeypatch):
     for r in rows:
         ids = tok(reward.format_prompt(tok, r["problem"], "qwen2.5"), add_special_tokens=False)["input_ids"]
         PlantedEngine.golds[tuple(ids)] = tok(f"\\boxed{{{r['answer']}}}", add_special_tokens=False)["input_ids"]
-    monkeypatch.setattr(rollout, "make_engine", lambda kind, model, pad, **kw: PlantedEngine(model, pad))
+    monkeypatch.setattr(rollout, "make_engine", lambda kind, path, *, pad_token_id, model, **kw:
+                        PlantedEngine(model, pad_token_id))
     common = dict(model="tiny", n=1, max_new_tokens=4, workers=0, rare_prompts=3, rare_samples=2, rare_frac=0.5)
     evaluate.main(evaluate.Config(mode="rare_select", data=str(train), out=str(tmp_path / "rare.json"), **common))
     rare = json.loads((tmp_path / "rare.json").read_text())

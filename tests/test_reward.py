@@ -7,6 +7,7 @@ import time
 
 import pytest
 
+import ood
 import reward
 
 # -----------------------------------------------------------------------------
@@ -211,11 +212,11 @@ def test_gpqa_in_memory(data, tmp_path, monkeypatch):
         pytest.skip(f"{zip_path} not found")
     monkeypatch.chdir(tmp_path)
     try:
-        rows = reward.load_gpqa(zip_path)
+        rows = ood.load_gpqa(zip_path)
     except RuntimeError as e:                   # e.g. a zip method this Python cannot decrypt
         pytest.skip(f"cannot open the GPQA zip here: {e}")
     assert len(rows) == 198 and list(tmp_path.iterdir()) == []       # nothing written
-    assert rows == reward.load_gpqa(zip_path)                        # fixed shuffle
+    assert rows == ood.load_gpqa(zip_path)                        # fixed shuffle
     letters = [r["answer"] for r in rows]
     assert set(letters) == set("ABCD") and max(letters.count(x) for x in "ABCD") < 80
     assert all("\nA) " in r["problem"] and "\nD) " in r["problem"] for r in rows)
@@ -225,7 +226,7 @@ def test_gpqa_in_memory(data, tmp_path, monkeypatch):
     ("\\boxed{C}", "C"), ("\\boxed{(b)}", "B"), ("\\boxed{\\text{D}}", "D"), ("\\boxed{A) 4.2 eV}", "A"),
     ("The answer is (C).", "C"), ("\\boxed{Cat}", None), ("no answer", None)])
 def test_gpqa_letter(completion, letter):
-    assert reward.gpqa_letter(completion) == letter
+    assert ood.gpqa_letter(completion) == letter
 
 
 IFEVAL_CASES = [   # (instruction id, kwargs, a response that follows, one that does not)
@@ -262,17 +263,17 @@ IFEVAL_CASES = [   # (instruction id, kwargs, a response that follows, one that 
 def test_ifeval_checkers(iid, kwargs, good, bad):
     pytest.importorskip("langdetect")
     row = {"instruction_id_list": [iid], "kwargs": [kwargs]}
-    assert reward.ifeval_correct(good, row)
-    assert not reward.ifeval_correct(bad, row)
+    assert ood.ifeval_correct(good, row)
+    assert not ood.ifeval_correct(bad, row)
 
 
 def test_ifeval_every_instruction_has_a_checker(data):
     ids = {i for line in open(data / "eval" / "ifeval.jsonl") for i in json.loads(line)["instruction_id_list"]}
-    assert len(ids) == 25 and ids <= set(reward.IFEVAL_CHECKS)
-    assert {c[0] for c in IFEVAL_CASES} == set(reward.IFEVAL_CHECKS)
+    assert len(ids) == 25 and ids <= set(ood.IFEVAL_CHECKS)
+    assert {c[0] for c in IFEVAL_CASES} == set(ood.IFEVAL_CHECKS)
 
 
 def test_ifeval_prompt_level_is_all_instructions():
     row = {"instruction_id_list": ["punctuation:no_comma", "keywords:existence"], "kwargs": [{}, {"keywords": ["cat"]}]}
-    assert reward.ifeval_correct("a cat", row) and not reward.ifeval_correct("a dog", row)
-    assert not reward.ifeval_correct("   ", {"instruction_id_list": ["punctuation:no_comma"], "kwargs": [{}]})
+    assert ood.ifeval_correct("a cat", row) and not ood.ifeval_correct("a dog", row)
+    assert not ood.ifeval_correct("   ", {"instruction_id_list": ["punctuation:no_comma"], "kwargs": [{}]})
