@@ -307,7 +307,8 @@ def plot(results, labels, path):
               ("OOD avg", lambda r: r.get("averages", {}).get("ood"))]
     panels += [(LABELS[b], lambda r, b=b: r["benchmarks"].get(b)) for b in BENCHMARKS]
     panels = [(t, get) for t, get in panels if any("pass@k" in (get(r) or {}) for r in results)]
-    cols, rows = 4, math.ceil(len(panels) / 4)
+    cols = max(1, min(4, len(panels)))
+    rows = math.ceil(len(panels) / cols)
     fig, axes = plt.subplots(rows, cols, figsize=(4 * cols, 3 * rows), squeeze=False)
     for ax, (title, get) in zip(axes.flat, panels):
         for r, label in zip(results, labels):

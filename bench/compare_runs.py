@@ -1,0 +1,80 @@
+"""
+Do two groups of train.py runs learn alike? Built to check that `--engine vllm` reproduces the
+PyTorch engine's maze learning curve (issue 6), usable for any A/B of runs made with --seed 0..S-1.
+
+    python bench/compare_runs.py --a "out/curves/torch_s*" --b "out/curves/vllm_s*"
+
+Each run directory holds train.py's metrics.jsonl. A run is the independent unit: once two runs'
+samples differ their policies drift apart for many steps, so steps of one run are not independent
+draws. We reduce each run to one number (its mean training reward over all steps, and over the
+last 10) and compare the groups' means with a Welch standard error: |B - A| < 2 SE reads "agree".
+The last logged held-out pass@1 (train.py's --eval_every) is compared the same way.
+"""
+import glob
+import json
+import math
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from common import parse_config  # noqa: E402
+
+
+@dataclass
+class Config:
+    a: str = "out/curves/torch_s*"     # glob of run directories, group A
+    b: str = "out/curves/vllm_s*"      # glob of run directories, group B
+    bin: int = 5                       # steps per bin in the printed curve
+
+
+def load(pattern):
+    runs = {}
+    for d in sorted(glob.glob(pattern)):
+        f = Path(d) / "metrics.jsonl"
+        if f.exists():
+            runs[d] = [json.loads(line) for line in f.read_text().splitlines()]
+    if not runs:
+        sys.exit(f"error: no run directory with a metrics.jsonl matches {pattern!r}")
+    return runs
+
+
+def mean(xs):
+    return sum(xs) / len(xs)
+
+
+def sd(xs):
+    return math.sqrt(sum((x - mean(xs)) ** 2 for x in xs) / (len(xs) - 1)) if len(xs) > 1 else float("nan")
+
+
+def compare(name, a, b):
+    se = math.sqrt(sd(a) ** 2 / len(a) + sd(b) ** 2 / len(b))
+    d = mean(b) - mean(a)
+    verdict = "agree" if abs(d) < 2 * se else "DIFFER"
+    print(f"{name:28s} A {mean(a):.3f} ± {sd(a):.3f}  B {mean(b):.3f} ± {sd(b):.3f}  (sd over runs)  "
+          f"B - A {d:+.3f}, SE {se:.3f}: {verdict} at 2 SE")
+
+
+def main(cfg):
+    groups = {"A": load(cfg.a), "B": load(cfg.b)}
+    T = min(len(m) for runs in groups.values() for m in runs.values())      # common number of steps
+    reward = {g: [[m[t]["reward/mean"] for t in range(T)] for m in runs.values()] for g, runs in groups.items()}
+    print(f"A: {len(groups['A'])} runs ({cfg.a}), B: {len(groups['B'])} runs ({cfg.b}), first {T} steps")
+    print(f"training reward, mean over runs, bins of {cfg.bin} steps:")
+    for g, curves in reward.items():
+        bins = [mean([c[t] for c in curves for t in range(s, min(s + cfg.bin, T))]) for s in range(0, T, cfg.bin)]
+        print(f"  {g}  " + " ".join(f"{x:.3f}" for x in bins))
+    compare("mean reward, all steps", *[[mean(c) for c in reward[g]] for g in "AB"])
+    compare("mean reward, last 10 steps", *[[mean(c[-10:]) for c in reward[g]] for g in "AB"])
+    evals = {g: [[m for m in run[:T] if "eval/pass@1" in m][-1:] for run in runs.values()] for g, runs in groups.items()}
+    if all(e for g in "AB" for e in evals[g]):
+        compare("held-out pass@1 (last eval)", *[[e[0]["eval/pass@1"] for e in evals[g]] for g in "AB"])
+    for g, runs in groups.items():
+        ms = [m for run in runs.values() for m in run[:T]]
+        print(f"  {g}: max |logp engine - trainer| {max(m['logp/diff_max'] for m in ms):.1e}, "
+              f"rollout {mean([m['time/rollout'] for m in ms]):.2f}s, "
+              f"weight sync {mean([m['time/weight_sync'] for m in ms]):.3f}s per step")
+
+
+if __name__ == "__main__":
+    main(parse_config(Config, doc=__doc__))

@@ -1,0 +1,65 @@
+"""Worker for tests/test_train.py: one mini-batch update of a tiny Qwen2 under FSDP2, any world size.
+
+    torchrun --nproc_per_node 2 tests/ws_worker.py OUT.pt MICRO_BATCH_SIZE LOSS {plain,shared}
+
+Every rank builds the same model and the same 16 sequences (4 groups x N = 4, completion lengths
+2..30, mixed rewards in every group), keeps its share of whole groups, runs train.update_minibatch
+and saves (rank 0) the loss, the metrics and the full gradient of every parameter.
+"""
+import gc
+import os
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import train  # noqa: E402
+from advantage import focal_advantages  # noqa: E402
+
+
+def fixture():
+    g = torch.Generator().manual_seed(0)
+    R = torch.tensor([[1., 0, 0, 1], [0, 1, 1, 1], [1, 0, 0, 0], [0, 1, 0, 1]])     # (4 groups, N=4)
+    assert R.std(1).min() > 0                       # every group mixed: the loss is not vacuous
+    adv = focal_advantages(R, gamma=0.5)[0].flatten().tolist()
+    prompts = [torch.randint(3, 60, (int(torch.randint(3, 9, (1,), generator=g)),), generator=g).tolist()
+               for _ in range(4)]                   # one prompt per group, of uneven lengths
+    seqs = []
+    for i in range(16):
+        prompt = prompts[i // 4]
+        n = int(torch.randint(2, 31, (1,), generator=g))
+        completion = torch.randint(3, 60, (n,), generator=g).tolist()
+        # an old policy a little off the current one, so ratios != 1 and clipping acts
+        seqs.append({"prompt": prompt, "completion": completion, "adv": adv[i],
+                     "old_logp": -torch.rand(n, generator=g) * 4 - 1.5})
+    return seqs
+
+
+def main(out, micro_batch_size, loss, share_prompts):
+    cfg = train.Config(task="maze", model="tiny", device="cpu", micro_batch_size=micro_batch_size,
+                       loss=loss, prompts_per_step=4, mini_batch_prompts=4, share_prompts=share_prompts)
+    rank, world, device = train.init_dist("cpu")
+    torch.manual_seed(0)
+    model = train.Qwen2ForCausalLM(train.Qwen2Config(
+        vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=64, tie_word_embeddings=True)).double()
+    model = train.shard(model, device)
+    seqs = fixture()
+    per_rank = len(seqs) // world                   # whole groups: 16 / world is a multiple of N = 4
+    mine = seqs[rank * per_rank:(rank + 1) * per_rank]
+    for q in mine:
+        q["old_logp"] = q["old_logp"].double()
+    stats = train.update_minibatch(model, None, mine, cfg, pad_id=0, device=device, world=world)
+    grads = {n: p.grad.full_tensor() for n, p in model.named_parameters()}
+    if rank == 0:
+        torch.save({"stats": stats, "grads": grads}, out)
+    del model, grads                # see the end of train.main: free the device mesh first
+    gc.collect()
+    torch.distributed.barrier()
+    torch.distributed.destroy_process_group()
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    main(sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4] == "shared")

@@ -1,0 +1,586 @@
+"""
+F-GRPO training: GRPO / DAPO / CISPO with the focal advantage weight (arXiv 2602.06717), FSDP2.
+
+    torchrun --nproc_per_node 8 train.py --gamma 0.5                     # Table 1, F-GRPO, Qwen2.5-7B
+    python train.py --task maze --model out/maze_sft --device cpu --lr 1e-4 --prompts_per_step 32 \\
+        --mini_batch_prompts 32 --warmup_steps 0 --steps 100 --gamma 0.5   # maze RL on a laptop
+    python train.py --task math --model tiny --tokenizer ../shared/data/tokenizers/qwen2.5 \\
+        --device cpu --prompts_per_step 2 --mini_batch_prompts 1 --group_size 4 \\
+        --max_response_len 16 --steps 1                                  # smoke test, seconds
+
+One step: rollouts (N per prompt, engine) -> rewards -> success rate mu_hat and focal weight g ->
+advantages -> old log-probs from the trainer -> mini-batch updates with the global token count ->
+weight sync to the engine -> one log line. Every rank runs the same code; with one process we still
+start a (one-member) process group, so 1 CPU process and 8 GPUs share every line.
+
+Defaults are PAPER.md Table 5 (Qwen2.5-7B, N = 8, 256 prompts a step, mini-batches of 64 prompts,
+lr 1e-6 after 15 warm-up steps, AdamW (0.9, 0.999) wd 0.01, grad clip 1.0, T = 1, no KL, token-mean).
+
+Deviations and choices where the paper is silent (PAPER.md §10):
+1) Eq. 3 uses the unbiased std and eps = 1e-6; a dual clip c = 3 and a +-20 log-ratio clamp apply
+   (verl defaults). Groups with X in {0, N} stay in the batch with A = 0 and count in the token mean.
+2) The rollout engine is ours (TorchEngine) or vLLM, not sglang; sampling is T = 1, top-p 1, no top-k.
+3) Warm-up is linear from lr/15 (not from 0, which would waste step 0) and steps once per RL step.
+4) Old log-probs are recomputed by the trainer; with one mini-batch per step the update is exactly
+   on-policy, so we reuse the first forward pass (ratio == 1) instead of a second one.
+5) "dapo" is GRPO + clip-higher (0.2/0.28) + token-mean: no dynamic sampling, no overlong shaping.
+"""
+import gc
+import json
+import os
+import random
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict,
+                                                     get_state_dict, set_state_dict)
+from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+import transformers
+from transformers import AutoModelForCausalLM, Qwen2Config, Qwen2ForCausalLM
+
+import maze
+import reward
+from advantage import (CLIP_EPS, clip_bounds, ds_grpo_advantages, entropy_from_logits,
+                       focal_advantages, group_advantages, kl_k3, policy_loss, token_mean)
+from common import atomic_dir, atomic_write_json, atomic_write_text, check, parse_config
+from rollout import (completion_logits, make_engine, mix_seed, pack, sync_weights,
+                     token_logprobs)
+
+
+@dataclass
+class Config:
+    # task, model, engine
+    task: str = "math"                # "math" (DeepScaleR, math-verify reward) | "maze" (PAPER §6)
+    model: str = "Qwen/Qwen2.5-7B"    # HF id or local dir; maze: the SFT dir; "tiny": random 2-layer Qwen2
+    tokenizer: str = ""               # default: the model's own; needed with --model tiny
+    data: str = "agentica-org/DeepScaleR-Preview-Dataset"   # math: a hub id or a local jsonl
+    engine: str = "torch"             # rollout engine: "torch" | "vllm"
+    # algorithm (each paper row is a flag or two; README "Reproducing the paper")
+    loss: str = "grpo"                # "grpo" (Eq. 14) | "dapo" (clip-higher) | "cispo" (Eqs. 15-16)
+    gamma: float = 0.0                # focal exponent, Eq. 12; 0 = the base method
+    group_size: int = 8               # N rollouts per prompt
+    eps_low: float | None = None      # clip widths; None = the --loss default (0.2/0.2, 0.2/0.28, 1/5)
+    eps_high: float | None = None
+    dual_clip: float = 3.0            # cap on the loss of A < 0 tokens (verl; GRPO/DAPO only)
+    kl_coef: float = 0.0              # GRPO-KL control: k3 to the initial model (paper best 0.001)
+    entropy_coef: float = 0.0         # GRPO-H control: loss -= coef * H (paper best 0.001)
+    ds_grpo: bool = False             # DS-GRPO control: best-guess advantages (advantage.py)
+    # batch and optimizer (Table 5)
+    prompts_per_step: int = 256       # global, whatever the world size
+    mini_batch_prompts: int = 64      # prompts per optimizer step: 256/64 = 4 updates per RL step
+    micro_batch_size: int = 8         # sequences per forward pass (memory knob; the math ignores it)
+    share_prompts: bool = False       # forward each group's prompt once (rollout.pack); maze: ~5x faster
+    steps: int = 1530                 # ~10 epochs of 39,202 prompts
+    lr: float = 1e-6
+    warmup_steps: int = 15
+    weight_decay: float = 0.01
+    adam_beta1: float = 0.9
+    adam_beta2: float = 0.999
+    grad_clip: float = 1.0
+    # sampling
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0                    # 0 = off
+    max_prompt_len: int = 1024        # math: longer prompts are filtered out (PAPER §7)
+    max_response_len: int = 8192      # math; the maze uses maze.max_new_tokens_for(size)
+    maze_size: int = 0                # maze: grid size; 0 = the SFT checkpoint's
+    # run
+    device: str = "auto"              # "auto" | "cpu" | "cuda"
+    threads: int = 0                  # CPU threads per process, 0 = torch's default. Use 1 when other
+                                      # jobs share the cores: OpenMP spin-waits make oversubscription 10x slower
+    grad_checkpointing: bool = False
+    seed: int = 0
+    out_dir: str = "out/train"
+    resume: bool = False              # continue from the latest checkpoint in out_dir
+    save_every: int = 100             # checkpoint every K steps (and at the end)
+    eval_every: int = 0               # maze: held-out pass@1 every K steps (0 = only at the end)
+    eval_mazes: int = 256
+    eval_samples: int = 4
+    sample_every: int = 10            # print a decoded rollout every K steps
+    wandb: bool = False
+
+    def __post_init__(self):
+        check(self.task in ("math", "maze"), f"--task {self.task!r}: expected math or maze")
+        check(self.loss in CLIP_EPS, f"--loss {self.loss!r}: expected one of {sorted(CLIP_EPS)}")
+        check(self.engine in ("torch", "vllm"), f"--engine {self.engine!r}: expected torch or vllm")
+        check(self.gamma >= 0, f"--gamma {self.gamma}: must be >= 0")
+        check(self.group_size >= 2, f"--group_size {self.group_size}: need >= 2 for a group baseline")
+        check(self.prompts_per_step % self.mini_batch_prompts == 0,
+              f"--prompts_per_step {self.prompts_per_step} must be a multiple of "
+              f"--mini_batch_prompts {self.mini_batch_prompts}")
+        for name in ("steps", "micro_batch_size", "mini_batch_prompts", "max_response_len", "save_every"):
+            check(getattr(self, name) >= 1, f"--{name} {getattr(self, name)}: must be >= 1")
+        check(self.lr > 0, f"--lr {self.lr}: must be > 0")
+        check(self.temperature > 0, f"--temperature {self.temperature}: must be > 0")
+        check(0 < self.top_p <= 1, f"--top_p {self.top_p}: must be in (0, 1]")
+        clip_bounds(self.loss, self.eps_low, self.eps_high)
+
+
+# -----------------------------------------------------------------------------
+# Distributed setup: torchrun, or one process that still gets a process group
+
+def init_dist(device):
+    if "RANK" not in os.environ:                       # plain `python train.py`: a group of one
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1",
+                          MASTER_PORT=str(port))
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cuda":
+        torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+        device = f"cuda:{os.environ['LOCAL_RANK']}"
+    dist.init_process_group("nccl" if device.startswith("cuda") else "gloo")
+    return dist.get_rank(), dist.get_world_size(), torch.device(device)
+
+
+def print0(*args):
+    if dist.get_rank() == 0:
+        print(*args, flush=True)
+
+
+def all_sum(x):
+    """Sum a float or tensor over ranks (as float64 on the CPU, so gloo and nccl both work)."""
+    t = torch.as_tensor(x, dtype=torch.float64, device=_comm_device())
+    dist.all_reduce(t)
+    return t.cpu()
+
+
+def all_max(x):
+    t = torch.as_tensor(x, dtype=torch.float64, device=_comm_device())
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return t.cpu()
+
+
+def _comm_device():
+    return torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else "cpu"
+
+
+# -----------------------------------------------------------------------------
+# Model: load, shard with FSDP2, and an unsharded copy for the rollout engine
+
+def load_model(cfg, tokenizer, dtype=torch.float32):
+    if cfg.model == "tiny":                           # random 2-layer Qwen2 for tests and smoke runs
+        torch.manual_seed(cfg.seed)                   # same init on every rank
+        return Qwen2ForCausalLM(Qwen2Config(
+            vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+            num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096,
+            tie_word_embeddings=True)).to(dtype)
+    return AutoModelForCausalLM.from_pretrained(cfg.model, dtype=dtype)
+
+
+def shard(model, device):
+    """FSDP2: each decoder layer is its own unit, then the root (embeddings, norm, head).
+    On GPU: bf16 compute, fp32 master weights and fp32 gradient reductions. On CPU: all fp32."""
+    mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) \
+        if device.type == "cuda" else MixedPrecisionPolicy()
+    model.to(device)
+    for layer in model.model.layers:
+        fully_shard(layer, mp_policy=mp)
+    fully_shard(model, mp_policy=mp)
+    return model
+
+
+# -----------------------------------------------------------------------------
+# Tasks: where prompts come from and how completions are scored
+
+def make_task(cfg, tokenizer, model_type):
+    """A dict of what differs between tasks: prompt(global_index) -> (ids, answer), score(...),
+    stop ids, the response budget, how to show a completion, and the dataset size."""
+    if cfg.task == "maze":
+        size = cfg.maze_size or maze.checkpoint_size(cfg.model)
+
+        def prompt(i):                                # training maze i, keyed by (seed, i) only
+            grid = maze.train_mazes(size, 1, random.Random(mix_seed(cfg.seed, i)))[0]
+            return maze.encode(tokenizer, [maze.prompt_text(grid)])[0], grid
+
+        def score(grids, completions):
+            return [maze.maze_reward(g, tokenizer.convert_ids_to_tokens(c))
+                    for g, c in zip(grids, completions)], {}
+
+        return dict(prompt=prompt, score=score, stop=[maze.EOS], size=size, num_prompts=None,
+                    max_new_tokens=maze.max_new_tokens_for(size),
+                    show=lambda ids: " ".join(tokenizer.convert_ids_to_tokens(ids)))
+
+    family = reward.model_family(model_type)           # chat template and stop tokens (Table 9)
+    problems = reward.load_training_problems(cfg.data, tokenizer, cfg.max_prompt_len, family=family)
+    check(len(problems) >= cfg.prompts_per_step,
+          f"--data {cfg.data}: {len(problems)} problems survive the filter, fewer than --prompts_per_step")
+    order = []                                         # a fresh permutation per epoch, keyed by seed
+
+    def prompt(i):
+        epoch, j = divmod(i, len(problems))
+        while len(order) <= epoch:
+            perm = list(range(len(problems)))
+            random.Random(mix_seed(cfg.seed, len(order))).shuffle(perm)
+            order.append(perm)
+        p = problems[order[epoch][j]]
+        return p["prompt_ids"], p["gold"]
+
+    def score(golds, completions):
+        texts = tokenizer.batch_decode(completions, skip_special_tokens=True)
+        return reward.score_batch(texts, golds)
+
+    return dict(prompt=prompt, score=score, stop=reward.stop_token_ids(tokenizer, family),
+                max_new_tokens=cfg.max_response_len, num_prompts=len(problems),
+                show=lambda ids: tokenizer.decode(ids))
+
+
+def evaluate_maze(engine, tokenizer, task, cfg, rank, world):
+    """Held-out pass@1 under both reward rules; the mazes are split over ranks, counts summed."""
+    grids = maze.heldout_mazes(task["size"], cfg.eval_mazes)[rank::world]
+    res = maze.evaluate_mazes(engine, tokenizer, grids, cfg.eval_samples, seed=cfg.seed)
+    walk, strict = all_sum(sum(res["walk"])), all_sum(sum(res["strict"]))
+    total = cfg.eval_mazes * cfg.eval_samples
+    return {"eval/pass@1": float(walk) / total, "eval/pass@1_strict": float(strict) / total}
+
+
+# -----------------------------------------------------------------------------
+# The update: token-mean over the whole mini-batch, across micro-batches and ranks
+
+def sequence_logprobs(model, seqs, cfg, pad_id, device, grad=False):
+    """Trainer log-probs (and logits) of each sequence's completion, micro-batch by micro-batch."""
+    for s in range(0, len(seqs), cfg.micro_batch_size):
+        mb = seqs[s:s + cfg.micro_batch_size]
+        batch = pack([q["prompt"] for q in mb], [q["completion"] for q in mb], pad_id, device,
+                     share_prompts=cfg.share_prompts)
+        with torch.set_grad_enabled(grad):
+            logits = completion_logits(model, batch, cfg.temperature)          # (b, Tc, V)
+            yield mb, batch, logits, token_logprobs(logits, batch)             # (b, Tc)
+
+
+def padded(rows, like):
+    """A list of 1-D per-token tensors -> (b, Tc) shaped like `like`, zero-padded."""
+    out = torch.zeros_like(like)
+    for i, r in enumerate(rows):
+        out[i, :len(r)] = r.to(out)
+    return out
+
+
+def update_minibatch(model, ref_model, seqs, cfg, pad_id, device, world):
+    """Accumulate the gradient of one mini-batch. Returns its metrics, summed over ranks.
+
+    Each sequence dict carries prompt, completion, adv and (unless on-policy) old_logp.
+    The loss of every micro-batch is divided by the GLOBAL token count of the mini-batch, so the
+    accumulated gradient is the exact token mean (PAPER §3.3, IMPLEMENTATION_NOTES §1.5). FSDP
+    averages gradients over ranks; multiplying by world undoes that, leaving the global sum / n_tok.
+    """
+    n_tok = all_sum(sum(len(q["completion"]) for q in seqs)).to(device=device, dtype=torch.float32)
+    sums = {}
+    for mb, batch, logits, logp in sequence_logprobs(model, seqs, cfg, pad_id, device, grad=True):
+        mask = batch["completion_mask"]
+        on_policy = "old_logp" not in mb[0]
+        old = logp.detach() if on_policy else padded([q["old_logp"] for q in mb], logp)
+        adv = torch.tensor([q["adv"] for q in mb], device=device)
+        loss, diag = policy_loss(logp, old, adv, mask, cfg.loss, cfg.eps_low, cfg.eps_high,
+                                 cfg.dual_clip, num_tokens=n_tok)
+        with torch.set_grad_enabled(cfg.entropy_coef > 0):
+            H = token_mean(entropy_from_logits(logits), mask, n_tok)
+        diag["entropy"], diag["loss/pg"] = H.detach(), loss.detach()
+        if cfg.entropy_coef > 0:                                            # GRPO-H
+            loss = loss - cfg.entropy_coef * H
+        if ref_model is not None:                                           # GRPO-KL
+            with torch.no_grad():
+                ref = token_logprobs(completion_logits(ref_model, batch, cfg.temperature), batch)
+            kl = token_mean(kl_k3(logp, ref), mask, n_tok)
+            loss = loss + cfg.kl_coef * kl
+            diag["kl/k3"] = kl.detach()
+        (loss * world).backward()
+        if on_policy:                 # the first forward IS the pre-update policy: log the gap here
+            for q, lp in zip(mb, logp.detach()):
+                q["trainer_logp"] = lp[:len(q["completion"])].cpu()
+        for k, v in diag.items():
+            sums[k] = max(sums.get(k, 0.0), float(v)) if k == "ratio/max" else sums.get(k, 0.0) + float(v)
+    ratio_max = sums.pop("ratio/max")
+    out = dict(zip(sums, all_sum(list(sums.values())).tolist()))
+    out["ratio/max"] = float(all_max(ratio_max))
+    return out
+
+
+def clip_and_step(model, opt, cfg, lr):
+    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+    if hasattr(grad_norm, "full_tensor"):
+        grad_norm = grad_norm.full_tensor()
+    for group in opt.param_groups:
+        group["lr"] = lr
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+    return float(grad_norm)
+
+
+# -----------------------------------------------------------------------------
+# Checkpoints: torch.distributed.checkpoint, written to a temp dir and renamed (atomic)
+
+def save_checkpoint(model, opt, step, cfg, out_dir):
+    ckpt_root = Path(out_dir) / "ckpt"
+    final, tmp = ckpt_root / f"step_{step:06d}", ckpt_root / f".step_{step:06d}.tmp"
+    msd, osd = get_state_dict(model, opt)
+    if dist.get_rank() == 0 and tmp.exists():            # left by a run killed mid-save
+        shutil.rmtree(tmp)
+    dist.barrier()
+    dcp.save({"model": msd, "optim": osd}, checkpoint_id=str(tmp))
+    dist.barrier()
+    if dist.get_rank() == 0:
+        atomic_write_json(tmp / "meta.json", {"step": step, "config": asdict(cfg),
+                                              "rng": torch.get_rng_state().tolist()})
+        os.replace(tmp, final)
+        atomic_write_text(ckpt_root / "latest", final.name + "\n")
+    dist.barrier()
+
+
+def load_checkpoint(model, opt, out_dir):
+    """Restore the latest checkpoint; returns the step to continue from (0 if there is none)."""
+    latest = Path(out_dir) / "ckpt" / "latest"
+    if not latest.exists():
+        return 0
+    path = latest.parent / latest.read_text().strip()
+    msd, osd = get_state_dict(model, opt)
+    state = {"model": msd, "optim": osd}
+    dcp.load(state, checkpoint_id=str(path))
+    set_state_dict(model, opt, model_state_dict=state["model"], optim_state_dict=state["optim"])
+    meta = json.loads((path / "meta.json").read_text())
+    torch.set_rng_state(torch.tensor(meta["rng"], dtype=torch.uint8))
+    return meta["step"]
+
+
+def export(model, tokenizer, out_dir, source):
+    """A directory that from_pretrained loads as is (rank 0 writes, every rank gathers)."""
+    sd = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    if dist.get_rank() == 0:
+        def write(tmp):
+            model.save_pretrained(tmp, state_dict=sd)
+            if Path(source).is_dir():       # keep the source's tokenizer files (and a maze's sft.json) as is
+                for f in Path(source).iterdir():
+                    if f.is_file() and not (Path(tmp) / f.name).exists() and f.suffix not in (".safetensors", ".bin"):
+                        shutil.copy(f, tmp)
+            else:
+                tokenizer.save_pretrained(tmp)
+        atomic_dir(Path(out_dir) / "final", write)
+    dist.barrier()
+
+
+def git_sha():
+    try:
+        return subprocess.check_output(["git", "rev-parse", "HEAD"], cwd=Path(__file__).parent,
+                                       stderr=subprocess.DEVNULL, text=True).strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+# -----------------------------------------------------------------------------
+
+def main(cfg):
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    rank, world, device = init_dist(cfg.device)
+    transformers.utils.logging.disable_progress_bar()
+    out = Path(cfg.out_dir)
+    check_run(cfg, world, out)
+    tokenizer = reward.load_tokenizer(cfg.tokenizer or cfg.model)   # AutoTokenizer + Llama offline
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    lo, hi = clip_bounds(cfg.loss, cfg.eps_low, cfg.eps_high)
+    print0(f"loss {cfg.loss}: ratio bounds [{lo:.2f}, {hi:.2f}]"
+           + (" (CISPO weight bounds)" if cfg.loss == "cispo" else f", dual clip {cfg.dual_clip}")
+           + f" | gamma {cfg.gamma} | N {cfg.group_size} | world {world} | device {device}")
+
+    model = load_model(cfg, tokenizer)
+    # The engine holds its own unsharded copy of the policy (bf16 on GPU), refreshed every step.
+    engine_dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    engine = make_engine(cfg.engine, cfg.model, pad_token_id=pad, device=device, dtype=engine_dtype,
+                         model=load_model(cfg, tokenizer, engine_dtype) if cfg.engine == "torch" else None,
+                         seed=cfg.seed, max_model_len=cfg.max_prompt_len + cfg.max_response_len)
+    ref_model = shard(load_model(cfg, tokenizer), device).eval() if cfg.kl_coef > 0 else None
+    if cfg.grad_checkpointing:
+        model.gradient_checkpointing_enable()
+    model = shard(model, device)
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(cfg.adam_beta1, cfg.adam_beta2),
+                            weight_decay=cfg.weight_decay)
+    task = make_task(cfg, tokenizer, "tiny" if cfg.model == "tiny" else model.config.model_type)
+    start = load_checkpoint(model, opt, out) if cfg.resume else 0
+    sync_weights(model, engine)                    # the engine samples from exactly these weights
+    if rank == 0:
+        out.mkdir(parents=True, exist_ok=True)
+        atomic_write_json(out / "run.json", {"config": asdict(cfg), "git": git_sha(), "world": world,
+                                             "torch": torch.__version__, "argv": sys.argv,
+                                             "num_prompts": task["num_prompts"]})
+        keep_metrics_until(out / "metrics.jsonl", start)
+    logger = make_logger(cfg, out) if rank == 0 else None
+    if start:
+        print0(f"resumed from step {start}")
+
+    M = cfg.prompts_per_step // cfg.mini_batch_prompts  # optimizer steps per RL step
+    share = cfg.mini_batch_prompts // world             # this rank's prompts in each mini-batch
+    P_rank = M * share
+    for step in range(start, cfg.steps):
+        t0 = time.perf_counter()
+        # 1) rollouts. Global mini-batch m of this step holds data indices step*P + m*mb + [0, mb);
+        # rank r owns a slice of each, so every world size forms the same mini-batches.
+        idx = [step * cfg.prompts_per_step + m * cfg.mini_batch_prompts + rank * share + j
+               for m in range(M) for j in range(share)]
+        items = [task["prompt"](i) for i in idx]
+        rollouts = engine.generate([ids for ids, _ in items], cfg.group_size,
+                                   seeds=[mix_seed(cfg.seed, step, i) for i in idx],
+                                   max_new_tokens=task["max_new_tokens"], stop_token_ids=task["stop"],
+                                   temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k)
+        t_rollout = time.perf_counter() - t0
+        engine.sleep()                        # vLLM on GPU: free its memory for the update
+
+        # 2) rewards and 3) advantages, group by group (all N rollouts of a prompt are on this rank)
+        answers = [items[i][1] for i in rollouts.prompt_index]
+        rewards, reward_stats = task["score"](answers, rollouts.token_ids)
+        R = torch.tensor(rewards, dtype=torch.float32).view(P_rank, cfg.group_size)    # (P, N)
+        adv_pre = group_advantages(R)                                                  # Eq. 3
+        if cfg.ds_grpo:
+            lbar = torch.tensor([sum(lp) / max(len(lp), 1) for lp in rollouts.logprobs])
+            adv, g = ds_grpo_advantages(R, lbar.view_as(R)), torch.ones(P_rank)
+        else:
+            adv, g = focal_advantages(R, cfg.gamma)                                    # Eq. 13
+        seqs = [{"prompt": items[i][0], "completion": c, "adv": float(a), "engine_logp": lp}
+                for i, c, a, lp in zip(rollouts.prompt_index, rollouts.token_ids,
+                                       adv.flatten().tolist(), rollouts.logprobs)]
+        t_reward = time.perf_counter() - t0 - t_rollout
+
+        # 4) old log-probs with the trainer's own forward, unless the update is exactly on-policy
+        if M > 1:
+            for mb, _, _, logp in sequence_logprobs(model, seqs, cfg, pad, device):
+                for q, lp in zip(mb, logp):
+                    q["old_logp"] = q["trainer_logp"] = lp[:len(q["completion"])].cpu()
+
+        # 5) M optimizer steps, each on a mini-batch of whole groups
+        lr = cfg.lr * min(1.0, (step + 1) / cfg.warmup_steps) if cfg.warmup_steps else cfg.lr
+        per_mb = len(seqs) // M
+        stats, grad_norms = {}, []
+        for m in range(M):
+            mstats = update_minibatch(model, ref_model, seqs[m * per_mb:(m + 1) * per_mb], cfg, pad,
+                                      device, world)
+            grad_norms.append(clip_and_step(model, opt, cfg, lr))
+            for k, v in mstats.items():
+                stats[k] = max(stats.get(k, 0.0), v) if k == "ratio/max" else stats.get(k, 0.0) + v / M
+        t_train = time.perf_counter() - t0 - t_rollout - t_reward
+
+        # 6) weight sync, so the next rollouts come from the updated policy
+        engine.wake_up()
+        t_sync = sync_weights(model, engine)
+
+        # 7) metrics (all-reduced) and one log line
+        metrics = {"step": step + 1, **step_metrics(cfg, R, adv_pre, adv, g, rollouts, seqs, stats,
+                                                     grad_norms, lr, reward_stats)}
+        dt = time.perf_counter() - t0
+        metrics.update({"time/rollout": t_rollout, "time/reward": t_reward, "time/train": t_train,
+                        "time/weight_sync": t_sync, "time/step": dt,
+                        "tok_per_s": metrics["tokens"] / dt, "tok_per_s/rollout": metrics["tokens"] / t_rollout})
+        if cfg.task == "maze" and ((cfg.eval_every and (step + 1) % cfg.eval_every == 0) or step + 1 == cfg.steps):
+            metrics.update(evaluate_maze(engine, tokenizer, task, cfg, rank, world))
+        if rank == 0:
+            logger(metrics)
+            if cfg.sample_every and step % cfg.sample_every == 0:
+                print(f"  sample (reward {rewards[0]:.0f}): {task['show'](rollouts.token_ids[0])[-300:]!r}",
+                      flush=True)
+        if (step + 1) % cfg.save_every == 0 or step + 1 == cfg.steps:
+            save_checkpoint(model, opt, step + 1, cfg, out)
+    export(model, tokenizer, out, cfg.model)
+    # Free everything that holds the process group (FSDP's device mesh) before destroying it: a
+    # group freed later, during interpreter exit, can abort a gloo rank ("terminate called without
+    # an active exception") after all the work is done.
+    dist.barrier()
+    engine.close()          # vLLM destroys the process groups it joined, the default one included
+    del model, opt, ref_model, engine
+    gc.collect()
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def check_run(cfg, world, out):
+    """Refuse, in one line, what only shows once we know the world size and the output folder.
+    The global batch is fixed by config; the world size only changes each rank's share."""
+    problems = []
+    if cfg.prompts_per_step % world:
+        problems.append(f"--prompts_per_step {cfg.prompts_per_step} must be divisible by the world size {world}")
+    if cfg.mini_batch_prompts % world:
+        problems.append(f"--mini_batch_prompts {cfg.mini_batch_prompts} must be divisible by the world size {world}")
+    if not cfg.resume and (out / "ckpt" / "latest").exists():
+        problems.append(f"--out_dir {out} holds checkpoints: pass --resume true, or choose another --out_dir")
+    if problems:
+        dist.destroy_process_group()
+        print(f"error: {problems[0]}", file=sys.stderr)
+        sys.exit(2)                                    # as for a bad flag (common.parse_config)
+
+
+def step_metrics(cfg, R, adv_pre, adv, g, rollouts, seqs, stats, grad_norms, lr, extra):
+    """The diagnostics of IMPLEMENTATION_NOTES §5 for this step, over all ranks.
+
+    Counts are summed over ranks first and divided after, so every mean is over the global batch.
+    """
+    mixed = R.std(1) > 0                                                  # (P,) groups with signal
+    lens = torch.tensor([len(c) for c in rollouts.token_ids], dtype=torch.float64)
+    gap = torch.cat([(torch.tensor(q["engine_logp"]) - q["trainer_logp"]).abs() for q in seqs])
+    sums = {"groups": R.shape[0], "rollouts": R.numel(), "reward": R.sum(),
+            "all_correct": (R.min(1).values >= 1).sum(),
+            "all_wrong": (R.max(1).values <= 0).sum(), "g": g.sum(), "g_mixed": g[mixed].sum(),
+            "mixed": mixed.sum(), "adv_pre": adv_pre.abs().sum(), "adv_post": adv.abs().sum(),
+            "tokens": lens.sum(), "trunc": sum(r == "length" for r in rollouts.finish_reason),
+            "gap": gap.sum(), "gap_n": gap.numel(), **extra}
+    s = dict(zip(sums, all_sum([float(v) for v in sums.values()]).tolist()))
+    len_max, gap_max = all_max([lens.max(), gap.max() if gap.numel() else 0.0]).tolist()
+    n = s["rollouts"]
+    m = {"reward/mean": s["reward"] / n, "acc/mean": s["reward"] / n,
+         "groups/all_correct": s["all_correct"] / s["groups"], "groups/all_wrong": s["all_wrong"] / s["groups"],
+         "focal/g_mean": s["g"] / s["groups"], "focal/g_mean_mixed": s["g_mixed"] / max(s["mixed"], 1),
+         "adv/abs_mean_pre": s["adv_pre"] / n, "adv/abs_mean_post": s["adv_post"] / n,
+         "len/mean": s["tokens"] / n, "len/max": len_max, "trunc/frac": s["trunc"] / n,
+         "logp/diff_abs_mean": s["gap"] / max(s["gap_n"], 1), "logp/diff_max": gap_max,
+         "grad_norm": sum(grad_norms) / len(grad_norms), "lr": lr, "tokens": s["tokens"]}
+    m.update({f"reward/{k}": s[k] for k in extra})
+    m.update(stats)
+    return m
+
+
+def keep_metrics_until(path, step):
+    """On resume, drop logged steps after the checkpoint: they are about to be redone."""
+    if not path.exists():
+        return
+    keep = []
+    for line in path.read_text().splitlines():
+        try:
+            if json.loads(line)["step"] <= step:
+                keep.append(line)
+        except (json.JSONDecodeError, KeyError):      # a line cut short by a kill
+            pass
+    atomic_write_text(path, "".join(l + "\n" for l in keep))
+
+
+def make_logger(cfg, out):
+    """One grep-able line per step, the full metrics to metrics.jsonl (and wandb if asked)."""
+    run = None
+    if cfg.wandb:
+        import wandb
+        run = wandb.init(project="fgrpo", config=asdict(cfg), dir=str(out))
+
+    def log(m):
+        with open(out / "metrics.jsonl", "a") as f:
+            f.write(json.dumps(m) + "\n")
+        if run is not None:
+            run.log(m, step=m["step"])
+        line = (f"step {m['step']}/{cfg.steps} | reward {m['reward/mean']:.3f} | g {m['focal/g_mean']:.2f} "
+                f"| |A| {m['adv/abs_mean_post']:.3f} | zero_std {m['groups/all_correct']:.2f}/"
+                f"{m['groups/all_wrong']:.2f} | clip {m.get('clip/low', m.get('cispo/at_lo', 0)):.3f}/"
+                f"{m.get('clip/high', m.get('cispo/at_hi', 0)):.3f} | ent {m['entropy']:.3f} "
+                f"| len {m['len/mean']:.0f} | trunc {m['trunc/frac']:.2f} | dlogp {m['logp/diff_abs_mean']:.1e} "
+                f"| gnorm {m['grad_norm']:.3f} | sync {m['time/weight_sync']:.2f}s | dt {m['time/step']:.1f}s")
+        if "eval/pass@1" in m:
+            line += f" | eval pass@1 {m['eval/pass@1']:.3f} (strict {m['eval/pass@1_strict']:.3f})"
+        print(line, flush=True)
+    return log
+
+
+if __name__ == "__main__":
+    main(parse_config(Config, doc=__doc__))
