@@ -190,10 +190,6 @@ def load_model(cfg):
     return model.to(cfg.device).eval(), tok, family
 
 
-def pad_id(tok):
-    return tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
-
-
 def sample(cfg, engine, tok, family, texts, seeds, n):
     """Generate n completions per prompt text, prompts_per_call prompts at a time (tqdm).
     Yields (first prompt index of the call, Rollouts, decoded completions)."""
@@ -247,7 +243,7 @@ def evaluate_maze(cfg, engine, tok):
 def run_eval(cfg):
     import rollout
     model, tok, family = load_model(cfg)
-    engine = rollout.make_engine(cfg.engine, cfg.model, pad_token_id=pad_id(tok), device=cfg.device,
+    engine = rollout.make_engine(cfg.engine, cfg.model, pad_token_id=reward.pad_id(tok), device=cfg.device,
                                  dtype=model.dtype, model=model)
     result = {"config": asdict(cfg), "family": family, "benchmarks": {}}
     with reward.Scorer(workers=cfg.workers) as scorer:
@@ -397,7 +393,7 @@ def run_compare(cfg):
 def nll(model, tok, prompts, completions, batch_size=8):
     """Length-normalised NLL (mean per-token -log p) of each completion under model, at T = 1."""
     import rollout
-    lps = rollout.completion_logprobs(model, prompts, completions, pad_id(tok), temperature=1.0,
+    lps = rollout.completion_logprobs(model, prompts, completions, reward.pad_id(tok), temperature=1.0,
                                       batch_size=batch_size)
     return [float(-lp.mean()) for lp in lps]
 
@@ -411,7 +407,7 @@ def run_rare_select(cfg):
     rows = random.Random(cfg.seed).sample(rows, min(cfg.rare_prompts, len(rows)))
     texts = [reward.format_prompt(tok, r["problem"], family) for r in rows]
     seeds = [zlib.crc32(f"{cfg.seed}:rare:{i}".encode()) for i in range(len(rows))]
-    engine = rollout.make_engine(cfg.engine, cfg.model, pad_token_id=pad_id(tok), device=cfg.device,
+    engine = rollout.make_engine(cfg.engine, cfg.model, pad_token_id=reward.pad_id(tok), device=cfg.device,
                                  dtype=model.dtype, model=model)
     prompts, completions = [], []
     with reward.Scorer(workers=cfg.workers) as scorer:

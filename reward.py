@@ -427,6 +427,11 @@ def load_tokenizer(name):
     return tok
 
 
+def pad_id(tok):
+    """The id that pads batches: the tokenizer's pad token, else its eos (base models often lack one)."""
+    return tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
+
+
 def _llama3_tokenizer(path):
     from transformers import PreTrainedTokenizerFast
     from transformers.convert_slow_tokenizer import TikTokenConverter

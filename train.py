@@ -386,7 +386,7 @@ def main(cfg):
     out = Path(cfg.out_dir)
     check_run(cfg, world, out)
     tokenizer = reward.load_tokenizer(cfg.tokenizer or cfg.model)   # AutoTokenizer + Llama offline
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    pad = reward.pad_id(tokenizer)
     lo, hi = clip_bounds(cfg.loss, cfg.eps_low, cfg.eps_high)
     print0(f"loss {cfg.loss}: ratio bounds [{lo:.2f}, {hi:.2f}]"
            + (" (CISPO weight bounds)" if cfg.loss == "cispo" else f", dual clip {cfg.dual_clip}")
