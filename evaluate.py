@@ -172,8 +172,15 @@ def load_benchmark(name, max_problems=0):
     return (rows[:max_problems] if max_problems else rows), task
 
 
-def load_model(cfg):
-    """(model, tokenizer, family). "tiny" is a random 2-layer Qwen2 with the real Qwen2.5 tokenizer."""
+def model_dtype(cfg):
+    import torch
+    return torch.bfloat16 if cfg.device.startswith("cuda") else torch.float32
+
+
+def load_model(cfg, weights=True):
+    """(model, tokenizer, family). "tiny" is a random 2-layer Qwen2 with the real Qwen2.5 tokenizer.
+    weights=False reads only the config (model is None): the vLLM engine loads the weights itself,
+    and a second copy here would only take memory."""
     import torch
     import transformers
     if cfg.model == "tiny":
@@ -184,10 +191,10 @@ def load_model(cfg):
         model = transformers.AutoModelForCausalLM.from_config(config)
     else:
         tok = reward.load_tokenizer(cfg.model)
-        dtype = torch.bfloat16 if cfg.device.startswith("cuda") else torch.float32
-        model = transformers.AutoModelForCausalLM.from_pretrained(cfg.model, dtype=dtype)
-    family = reward.model_family(model.config.model_type) if cfg.family == "auto" else cfg.family
-    return model.to(cfg.device).eval(), tok, family
+        config = transformers.AutoConfig.from_pretrained(cfg.model)
+        model = transformers.AutoModelForCausalLM.from_pretrained(cfg.model, dtype=model_dtype(cfg)) if weights else None
+    family = reward.model_family(config.model_type) if cfg.family == "auto" else cfg.family
+    return (model.to(cfg.device).eval() if model is not None else None), tok, family
 
 
 def sample(cfg, engine, tok, family, texts, seeds, n):
@@ -242,9 +249,9 @@ def evaluate_maze(cfg, engine, tok):
 
 def run_eval(cfg):
     import rollout
-    model, tok, family = load_model(cfg)
+    model, tok, family = load_model(cfg, weights=cfg.engine == "torch")
     engine = rollout.make_engine(cfg.engine, cfg.model, pad_token_id=reward.pad_id(tok), device=cfg.device,
-                                 dtype=model.dtype, model=model)
+                                 dtype=model_dtype(cfg), model=model)
     result = {"config": asdict(cfg), "family": family, "benchmarks": {}}
     with reward.Scorer(workers=cfg.workers) as scorer:
         for name in cfg.benchmarks:
@@ -408,7 +415,7 @@ def run_rare_select(cfg):
     texts = [reward.format_prompt(tok, r["problem"], family) for r in rows]
     seeds = [zlib.crc32(f"{cfg.seed}:rare:{i}".encode()) for i in range(len(rows))]
     engine = rollout.make_engine(cfg.engine, cfg.model, pad_token_id=reward.pad_id(tok), device=cfg.device,
-                                 dtype=model.dtype, model=model)
+                                 dtype=model_dtype(cfg), model=model)
     prompts, completions = [], []
     with reward.Scorer(workers=cfg.workers) as scorer:
         for s, out, decoded in sample(cfg, engine, tok, family, texts, seeds, cfg.rare_samples):
