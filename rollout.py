@@ -528,13 +528,10 @@ def make_engine(kind, model_path, *, pad_token_id, device="cpu", dtype=torch.flo
                 max_batch_size=512, model=None, **vllm_kwargs):
     """The engine train.py and evaluate.py ask for with --engine: "torch" (default) or "vllm".
 
-    model_path is a Hugging Face id or checkpoint directory. The torch engine can take an already
-    built `model` instead (train.py's --model tiny has no directory); vLLM always loads the path.
+    The torch engine runs the `model` it is given (train.py's --model tiny has no directory); vLLM
+    loads `model_path`, a Hugging Face id or checkpoint directory, itself, in `dtype`.
     """
     if kind == "torch":
-        if model is None:
-            from transformers import AutoModelForCausalLM
-            model = AutoModelForCausalLM.from_pretrained(model_path, dtype=dtype)
         return TorchEngine(model.to(device), pad_token_id, max_batch_size)
     if kind == "vllm":
         if model_path == "tiny":
