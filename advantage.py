@@ -56,6 +56,7 @@ def group_advantages(rewards, normalize_std=True, eps=1e-6):
 def success_rate(rewards, r_correct=1.0, r_wrong=0.0):
     """Empirical success rate of each group, Eq. 11: mu_hat = (mean R - R_w) / (R_c - R_w) = X / N.
 
+    Every reward must be finite and within [R_w, R_c] (ValueError otherwise), so mu_hat is in [0, 1].
     With two reward levels this is the fraction of correct rollouts; it is computed from the very
     rollouts whose advantages it scales (no smoothing, nothing carried between steps).
     rewards: (G, N)  ->  (G,)
@@ -64,6 +65,13 @@ def success_rate(rewards, r_correct=1.0, r_wrong=0.0):
         raise ValueError(f"need r_correct > r_wrong, got {r_correct} and {r_wrong}")
     R = torch.as_tensor(rewards)
     R = R if R.is_floating_point() else R.float()
+    # A reward outside [R_w, R_c] gives a rate outside [0, 1]: g = (1 - mu_hat)^gamma would then
+    # silently exceed 1 or be clipped to 0. A NaN reward would poison its whole group. Refuse both.
+    if not torch.isfinite(R).all():
+        raise ValueError("rewards must be finite, got NaN or inf")
+    if ((R < r_wrong) | (R > r_correct)).any():
+        raise ValueError(f"rewards must lie in [r_wrong, r_correct] = [{r_wrong}, {r_correct}], "
+                         f"got values in [{R.min().item()}, {R.max().item()}]")
     return (R.mean(dim=1) - r_wrong) / (r_correct - r_wrong)
 
 
@@ -140,7 +148,7 @@ def clip_bounds(loss_type, eps_low=None, eps_high=None):
 
 
 def token_mean(x, mask, num_tokens=None):
-    """sum(x * mask) / num_tokens. num_tokens defaults to mask.sum().
+    """sum(x * mask) / num_tokens. num_tokens defaults to mask.sum(); with no tokens the mean is 0.
 
     For a true token mean over a mini-batch split into micro-batches and data-parallel ranks, pass
     the GLOBAL response-token count of the mini-batch: then the per-micro-batch values add up to the
@@ -149,7 +157,9 @@ def token_mean(x, mask, num_tokens=None):
     """
     if num_tokens is None:
         num_tokens = mask.sum()
-    return (x * mask).sum() / num_tokens
+    # With no tokens at all (an empty or all-padding batch) the sum is 0; dividing it by at least 1
+    # keeps the loss 0 and its gradient 0, where 0 / 0 would give NaN and poison the weights.
+    return (x * mask).sum() / torch.as_tensor(num_tokens).clamp(min=1)
 
 
 def policy_loss(logp, old_logp, advantages, mask, loss_type="grpo", eps_low=None, eps_high=None,

@@ -16,18 +16,25 @@ Choices (PAPER §10 rows 9, 10, 13; IMPLEMENTATION_NOTES §4):
 1) Extraction. The answer region is the text after the last </think>; a <think> that never closes
    (reasoning cut off by the length limit) has no answer. In that region only the LAST \\boxed{} or
    \\fbox{} counts (nested braces fine): an empty, unclosed or unparseable last box is wrong even if
-   an earlier box was right. With no box at all the fallback is the last "answer is X" / "Answer: X"
-   phrase. We do not fall back to "the last number in the text" (verl's math-verify scorer does):
-   on a truncated output that credits an intermediate number.
-2) Equivalence: math-verify's verify(gold, pred), gold first, each wrapped in \\boxed{} and parsed
-   with its LaTeX and plain-expression extractors. The gold is parsed once (lru_cache). One
-   normalisation on both sides: e-notation 3.83e35 -> 3.83\\times10^{35} (math-verify reads e as
+   an earlier box was right. With no box at all, math-verify's own answer-phrase extraction ("final
+   answer is $X$. I hope...", "Answer: X", "the answer is X") reads the region's last 2,000
+   characters one sentence at a time from the end, and the first sentence where it finds an answer
+   holds it: "The answer is 27. Note that 28 was ruled out." answers 27. Per sentence, because on a
+   whole line its patterns reach into the next sentence ("the answer is 5. Check: 2 + 4 = 6" -> 6).
+   It reads numbers, arithmetic and LaTeX inside $...$, \\(...\\) or \\[...\\]; where it finds nothing
+   in that sentence (bare LaTeX, "the answer is \\sqrt{2}.") or the phrase holds e-notation, the rest
+   of the phrase, cut at the sentence's end, is read as a box. We do not fall back to "the last number in the
+   text" (verl's math-verify scorer does): on a truncated output that credits an intermediate number.
+2) Equivalence: math-verify's verify(gold, pred), gold first. The gold and a boxed answer are parsed
+   as \\boxed{...} with its LaTeX and plain-expression extractors. The gold is parsed once (lru_cache).
+   One normalisation of both: e-notation 3.83e35 -> 3.83\\times10^{35} (math-verify reads e as
    Euler's number; Minerva golds use it).
-3) Bounded time. Answers over 1,000 characters are unparseable without parsing; math-verify's SIGALRM
-   timeouts (5 s to parse, 5 s to compare) bound the rest. SIGALRM works only in a main thread, so
-   is_correct raises RuntimeError in any other thread: a thread must use a Scorer, whose worker
-   processes call math-verify in their own main threads. A hang the signal cannot interrupt (C code)
-   meets the Scorer's outer backstop, which kills and rebuilds the pool.
+3) Bounded time. Boxed answers over 1,000 characters are unparseable without parsing; without a box
+   only 2,000 characters are searched, and only the one sentence whose phrase matched goes on to sympy.
+   math-verify's SIGALRM timeouts (5 s to parse, 5 s to compare) bound the rest. SIGALRM works only
+   in a main thread, so is_correct raises RuntimeError in any other thread: a thread must use a
+   Scorer, whose worker processes call math-verify in their own main threads. A hang the signal
+   cannot interrupt (C code) meets the Scorer's outer backstop, which kills and rebuilds the pool.
 4) Training data: malformed rows stop the load with file:line; duplicated problems (whitespace-
    normalised) keep one copy when their answers agree and lose every copy when not; gold answers with
    no mathematical parse are dropped (counted); formatted prompts over 1,024 tokens are dropped.
@@ -46,7 +53,8 @@ from collections import defaultdict
 from pathlib import Path
 
 TIMEOUT_S = 5                # math-verify's SIGALRM limit (its default), per parse and per comparison
-MAX_ANSWER_CHARS = 1000      # a longer "answer" is unparseable without trying (no gold is this long)
+MAX_ANSWER_CHARS = 1000      # a longer boxed answer is unparseable without trying (no gold is this long)
+ANSWER_TAIL_CHARS = 2000     # with no box, only the region's last 2,000 characters may hold the answer
 MATH_SYSTEM = "Please reason step by step, and put your final answer within \\boxed{}."
 HELPFUL_SYSTEM = "You are a helpful assistant."
 LLAMA_DATE = "26 Jul 2024"
@@ -64,6 +72,10 @@ FAMILIES = {
 
 _BOX = re.compile(r"\\(?:boxed|fbox)\s*\{")
 _ANSWER_IS = re.compile(r"(?i)answer\s*(?:is|:)\s*:?\s*([^\n]+)")
+# A sentence ends at white space after . ! or ? when a capital (or markdown ** or #) follows, or at a
+# line break before a capitalised word. Not inside "3.5", and not before "$$", "\\]" or "P = ..." on
+# the lines of a display, so "the answer is\n\\[\nP = \\frac34\n\\]" stays one sentence.
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z*#])|\n\s*(?=[A-Z][a-z]|\*\*|#)")
 _E_NOTATION = re.compile(r"^\s*(-?\d+(?:\.\d*)?)\s*[eE]\s*([+-]?\d+)\s*$")
 
 
@@ -74,46 +86,107 @@ def answer_region(completion):
     return "" if "<think>" in completion else completion
 
 
+def last_box(text):
+    """Content of the last \\boxed{} or \\fbox{} in text (nested braces fine), None when there is no
+    box, '' when the last one is empty, unclosed or over MAX_ANSWER_CHARS (a broken last box)."""
+    starts = [m.end() for m in _BOX.finditer(text)]
+    if not starts:
+        return None
+    i, depth = starts[-1], 1
+    # Walk to the matching brace, but no further than MAX_ANSWER_CHARS: a megabyte "box" stops here.
+    for j in range(i, min(len(text), i + MAX_ANSWER_CHARS + 1)):
+        depth += {"{": 1, "}": -1}.get(text[j], 0)
+        if depth == 0:
+            return text[i:j].strip()
+    return ""
+
+
+def verifier_input(completion):
+    """What math-verify reads as the completion's final answer (choice 1), or None for no answer.
+
+    '\\boxed{X}' for the last box X. With no box, the answer region's last ANSWER_TAIL_CHARS
+    characters, in which _parse looks for the last sentence with an answer phrase. No math-verify
+    here (pure string work), so the Scorer can call it in any thread and cache on its result.
+    >>> verifier_input("first \\\\boxed{1}, then \\\\boxed{\\\\frac{1}{2}}")
+    '\\\\boxed{\\\\frac{1}{2}}'
+    """
+    text = answer_region(completion)
+    box = last_box(text)
+    if box is None:
+        tail = text[-ANSWER_TAIL_CHARS:]
+        return tail if "answer" in tail.lower() else None   # every answer phrase has the word
+    return _as_box(box) if box else None
+
+
 def extract_answer(completion):
-    """The final answer string, or None. Only the last box counts (module docstring, choice 1).
+    """The final answer's own text, or None: the last box's content; with no box, what follows the
+    last "answer is" / "Answer:" on its line. ood.gpqa_letter reads its letter from the start of it.
+    Math is not judged on this text but on verifier_input, where math-verify finds the answer.
 
     >>> extract_answer("first \\\\boxed{1}, then \\\\boxed{\\\\frac{1}{2}}")
     '\\\\frac{1}{2}'
     """
     text = answer_region(completion)
-    starts = [m.end() for m in _BOX.finditer(text)]
-    if starts:
-        i, depth = starts[-1], 1
-        # Walk to the matching brace, but no further than MAX_ANSWER_CHARS: a megabyte "box" stops here.
-        for j in range(i, min(len(text), i + MAX_ANSWER_CHARS + 1)):
-            depth += {"{": 1, "}": -1}.get(text[j], 0)
-            if depth == 0:
-                return text[i:j].strip() or None
-        return None                                     # unclosed or too long: the last box is broken
-    hits = _ANSWER_IS.findall(text[-2000:])
+    box = last_box(text)
+    if box is not None:
+        return box or None
+    return phrase_answer(text[-ANSWER_TAIL_CHARS:])
+
+
+def phrase_answer(text):
+    """What follows the last "answer is" / "Answer:" in text, up to the line's end, without markdown
+    bold, dollars or a final full stop; None if there is no such phrase."""
+    hits = _ANSWER_IS.findall(text)
     if not hits:
         return None
     ans = hits[-1].strip().strip("*").strip().strip("$").strip().rstrip(".").strip("$").strip()
     return ans or None
 
 
-def _normalise(ans):
+def _as_box(ans):
+    """ans as a box for math-verify, e-notation rewritten: 3.83e35 -> 3.83\\times10^{35} (choice 2)."""
     m = _E_NOTATION.match(ans)
-    return f"{m.group(1)}\\times10^{{{m.group(2)}}}" if m else ans
+    return "\\boxed{" + (f"{m.group(1)}\\times10^{{{m.group(2)}}}" if m else ans) + "}"
 
 
-def _parse(s):
-    """math-verify parse of one answer string -> (list of parses, status)."""
+def _parse(text):
+    """math-verify's parse of verifier_input's text, or of a gold as a box -> (parses, status).
+
+    A box is read whole, by every extractor. Other text is read one sentence at a time from the end,
+    by the answer-phrase extractors only ("final answer is $X$. I hope", "Answer: X", "answer ... X";
+    never "the last number", try_extract_without_anchor=False); the first sentence where one of them
+    matches holds the answer, and within it math-verify's priorities decide. One sentence at a time,
+    because those patterns read past the phrase's own sentence: given all of "the answer is 5. Check:
+    2 + 4 = 6", math-verify answers 6 (the last "=" within 100 characters of "answer").
+    """
     # Off the main thread math-verify's alarm fails, and its error would read as "unparseable":
     # a silent reward of 0. Refuse loudly instead.
     if threading.current_thread() is not threading.main_thread():
         raise RuntimeError("reward.is_correct needs the main thread (math-verify times out with SIGALRM); "
                            "use reward.Scorer, which scores in worker processes")
+    if text.startswith("\\boxed{"):                 # answer sentences never hold a box: no confusion
+        return _mv_parse(text, anchored=False)
+    for sentence in reversed(_SENTENCE_END.split(text)):
+        if "answer" in sentence.lower():            # the others cannot match: skip them cheaply
+            out, status = _mv_parse(sentence, anchored=True)
+            ans = phrase_answer(sentence)
+            if ans and (status == "unparseable" or _E_NOTATION.match(ans)):
+                # math-verify reads bare LaTeX only in a box ("the answer is \sqrt{2}.", "x^2+1.")
+                # and e-notation only as we rewrite it: read the rest of this sentence's phrase as one.
+                out, status = _mv_parse(_as_box(ans), anchored=False)
+            if status != "unparseable":
+                return out, status
+    return [], "unparseable"
+
+
+def _mv_parse(text, anchored):
+    """One math-verify parse -> (parses, status); anchored: answer-phrase extractors only."""
     from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse
     from math_verify.errors import TimeoutException
-    cfg = [LatexExtractionConfig(boxed_match_priority=0), ExprExtractionConfig()]
+    cfg = [LatexExtractionConfig(boxed_match_priority=0, try_extract_without_anchor=not anchored),
+           ExprExtractionConfig(try_extract_without_anchor=not anchored)]
     try:
-        out = parse("\\boxed{" + _normalise(s) + "}", cfg, parsing_timeout=TIMEOUT_S, raise_on_error=True)
+        out = parse(text, cfg, parsing_timeout=TIMEOUT_S, raise_on_error=True)
     except TimeoutException:                          # a BaseException: `except Exception` misses it
         return [], "timeout"
     except Exception:
@@ -124,7 +197,7 @@ def _parse(s):
 @functools.lru_cache(maxsize=100_000)
 def parse_gold(gold):
     """Parsed gold answer, cached: a 1,024-sample evaluation parses each gold once, not 1,024 times."""
-    return _parse(str(gold))[0]
+    return _parse(_as_box(str(gold)))[0]
 
 
 def gold_is_parseable(gold):
@@ -132,13 +205,13 @@ def gold_is_parseable(gold):
     return any(not isinstance(x, str) for x in parse_gold(gold))
 
 
-def judge(gold, answer):
-    """(correct, status) for an extracted answer; status is 'ok', 'unparseable' or 'timeout'."""
+def judge(gold, text):
+    """(correct, status) for verifier_input's text; status is 'ok', 'unparseable' or 'timeout'."""
     from math_verify import verify
     from math_verify.errors import TimeoutException
-    if answer is None or len(answer) > MAX_ANSWER_CHARS:
+    if text is None:
         return False, "unparseable"
-    pred, status = _parse(answer)
+    pred, status = _parse(text)
     if status != "ok":
         return False, status
     gold_parsed = parse_gold(gold)
@@ -159,10 +232,14 @@ def is_correct(completion, gold):
     elsewhere use Scorer, which runs this same logic in worker processes.
     >>> is_correct("... so the total is \\\\boxed{\\\\frac{3}{4}}", "0.75")
     True
-    >>> is_correct("... the total is 3/4", "0.75")        # no box, no "answer is": no answer
+    >>> is_correct("The final answer is $28$. I hope it is correct.", "28")    # no box: answer phrase
+    True
+    >>> is_correct("So the answer is 5. Check: 2 + 4 = 6.", "6")   # only the phrase's sentence counts
+    False
+    >>> is_correct("... the total is 3/4", "0.75")        # no box, no answer phrase: no answer
     False
     """
-    return judge(gold, extract_answer(completion))[0]
+    return judge(gold, verifier_input(completion))[0]
 
 
 # -----------------------------------------------------------------------------
@@ -198,7 +275,7 @@ class Scorer:
             self.pool = ctx.Pool(self.workers)
             # Warm each worker (math-verify's first call builds its parsers) before any backstop
             # clock runs, so that start-up time is never mistaken for a hang.
-            self.pool.map(_judge_many, [[("1", "1")]] * self.workers, chunksize=1)
+            self.pool.map(_judge_many, [[("1", "\\boxed{1}")]] * self.workers, chunksize=1)
 
     def close(self):
         if self.pool is not None:
@@ -215,7 +292,7 @@ class Scorer:
     def score(self, completions, golds):
         if len(completions) != len(golds):
             raise ValueError(f"{len(completions)} completions but {len(golds)} golds")
-        keys = [(str(g), extract_answer(c)) for c, g in zip(completions, golds)]
+        keys = [(str(g), verifier_input(c)) for c, g in zip(completions, golds)]
         if len(self.cache) + len(keys) > self.cache_size:
             self.cache.clear()                          # a crude bound on memory
         hits = sum(k in self.cache for k in keys)

@@ -69,6 +69,33 @@ def test_success_rate_is_x_over_n():
         success_rate(torch.tensor([[1., 0]]), r_correct=0, r_wrong=1)
 
 
+@pytest.mark.parametrize("rewards, levels", [
+    ([[1.5, 0.0, 1.0]], (1.0, 0.0)),                      # above R_c: mu_hat = 0.83 from one reward of 1.5
+    ([[-1.0, 0.0, 0.0]], (1.0, 0.0)),                     # below R_w: mu_hat < 0, so g > 1
+    ([[1.0, -1.0, -2.0]], (1.0, -1.0)),                   # same, with +-1 reward levels
+])
+def test_success_rate_rejects_rewards_outside_levels(rewards, levels):
+    """A reward outside [R_w, R_c] used to give a rate outside [0, 1] (and focal_advantages a g
+    above 1 or clipped to 0) without a word; the focal weight would then scale groups silently."""
+    with pytest.raises(ValueError, match="must lie in"):
+        success_rate(torch.tensor(rewards), *levels)
+    with pytest.raises(ValueError, match="must lie in"):
+        focal_advantages(torch.tensor(rewards), 0.5, r_correct=levels[0], r_wrong=levels[1])
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])
+def test_success_rate_rejects_non_finite_rewards(bad):
+    """NaN compares False with everything, so a range check alone lets it through: test it first."""
+    with pytest.raises(ValueError, match="finite"):
+        success_rate(torch.tensor([[1.0, bad, 0.0]]))
+    with pytest.raises(ValueError, match="finite"):
+        focal_advantages(torch.tensor([[1.0, bad, 0.0]]), 1.0)
+
+
+def test_success_rate_accepts_the_levels_and_partial_rewards():
+    assert success_rate(torch.tensor([[0.0, 0.0], [1.0, 1.0], [0.5, 0.0]])).tolist() == [0.0, 1.0, 0.25]
+
+
 def test_focal_weight_paper_table_and_types():
     table = {0.5: [0.935, 0.866, 0.791, 0.707, 0.612, 0.500, 0.354],
              1.0: [0.875, 0.750, 0.625, 0.500, 0.375, 0.250, 0.125],
@@ -219,6 +246,35 @@ def test_bad_loss_type_and_bounds():
         clip_bounds("ppo")
     with pytest.raises(ValueError, match="contain 1"):
         clip_bounds("grpo", eps_low=-0.5)
+
+
+@pytest.mark.parametrize("loss_type", ["grpo", "dapo", "cispo"])
+@pytest.mark.parametrize("num_tokens", [None, 0, torch.tensor(0.0)],
+                         ids=["mask_sum", "int_zero", "tensor_zero"])
+def test_empty_mask_gives_zero_loss_and_zero_gradient(loss_type, num_tokens):
+    """A batch with no response tokens (all padding; or a global count of 0) used to divide 0 by 0:
+    a NaN loss whose NaN gradient would wipe out the weights at the next optimizer step."""
+    logp, old, adv, mask = make_batch()
+    lp = logp.clone().requires_grad_()
+    loss, diag = policy_loss(lp, old, adv, torch.zeros_like(mask), loss_type, num_tokens=num_tokens)
+    loss.backward()
+    assert loss.item() == 0.0
+    assert torch.equal(lp.grad, torch.zeros_like(lp))
+    assert all(v.item() == 0.0 for v in diag.values())
+
+
+def test_empty_mask_kl_and_entropy_token_means_are_zero():
+    """KL and entropy are per-token; their token mean over no tokens must be 0 with gradient 0 too."""
+    logp = torch.tensor([[-1.0, -2.0]], requires_grad=True)
+    logits = torch.tensor([[[0.0, 1.0], [2.0, -1.0]]], requires_grad=True)
+    empty = torch.zeros(1, 2, dtype=torch.bool)
+    kl = token_mean(kl_k3(logp, torch.tensor([[-0.5, -0.5]])), empty)
+    h = token_mean(entropy_from_logits(logits), empty)
+    (kl + h).backward()
+    assert kl.item() == 0.0 and h.item() == 0.0
+    assert torch.equal(logp.grad, torch.zeros_like(logp))
+    assert torch.equal(logits.grad, torch.zeros_like(logits))
+    assert token_mean(torch.zeros(0, 5), torch.zeros(0, 5)).item() == 0.0       # no sequences at all
 
 
 # -----------------------------------------------------------------------------

@@ -57,12 +57,104 @@ def test_two_boxes_last_counts():
     assert reward.is_correct("first \\boxed{1}, then \\boxed{2}", "2")
 
 
+# -----------------------------------------------------------------------------
+# No box: math-verify's answer phrases, one sentence at a time (reward.py choice 1)
+
+NO_BOX_FIXED = [   # (completion, gold, correct): each was scored the other way before
+    ("The final answer is $28$. I hope it is correct.", "28", True),            # Minerva's format
+    ("So the answer is 5. Check: 2 + 4 = 6.", "6", False),                       # a check after it
+    ("So the answer is 5. Check: 2 + 4 = 6.", "5", True),
+    ("The answer is 27. Note that 28 was ruled out.", "28", False),              # a remark after it
+    ("The answer is 27. Note that 28 was ruled out.", "27", True),
+    ("The answer is 7. This took 3 steps.", "3", False),
+    ("The answer is 7. This took 3 steps.", "7", True),
+    ("The answer is 0.5. That is the probability.", "1/2", True),
+    ("The answer is $5$, since $2 + 3 = 5$.", "5", True),                        # a reason in the sentence
+    ("The answer is 5. Let me verify the answer.", "5", True),                   # "answer" but no answer after
+    ("The answer is 3, and the answer is 4.", "4", True),                        # two phrases, one line: last
+    ("The final answer is:\n\n$$\n\\frac{3}{4}\n$$", "3/4", True),               # a display after the phrase
+    ("Therefore, the answer is\n\\[\nP = \\frac{3}{4}\n\\]", "3/4", True),        # ... is not a new sentence
+]
+
+
+@pytest.mark.parametrize("completion, gold, correct", NO_BOX_FIXED)
+def test_no_box_answer_is_read_from_its_own_sentence(completion, gold, correct):
+    """The old fallback took everything after "answer is" to the end of the LINE and parsed it as one
+    box, so a trailing sentence ("I hope it is correct", "Check: 2 + 4 = 6") either broke the parse
+    or supplied the answer. Now math-verify's own answer-phrase extraction reads the last sentence
+    that has one; on the whole line it too would read 6 in the second case ("answer", then "= 6")."""
+    assert reward.is_correct(completion, gold) == correct
+
+
+@pytest.mark.parametrize("completion, gold, correct", [
+    ("The answer is 3, and the answer is 4.", "3", False),
+    ("The answer is 3. No wait, the answer is 4.", "4", True),                   # several sentences: last
+    ("The answer is 3. No wait, the answer is 4.", "3", False),
+    ("Answer: 4. Later I see that the answer is 7.", "7", True),                 # "Answer:" then "answer is"
+    ("Answer: 4. Later I see that the answer is 7.", "4", False),
+    ("Answer: 4\nLet me reconsider: the answer is 7.", "7", True),               # a new line is a new sentence
+    ("**Answer:** $42$\n\n**Check:** $6 \\times 7 = 42$", "42", True),
+    ("The answer is 12 apples.", "12", True),
+])
+def test_no_box_last_answer_phrase_wins(completion, gold, correct):
+    """Guards (these already passed): with several answer phrases the last sentence's counts."""
+    assert reward.is_correct(completion, gold) == correct
+
+
+@pytest.mark.parametrize("completion, gold, correct", [
+    ("The answer is x^2+1.", "x^2+1", True),
+    ("The answer is \\sqrt{2}. That is all.", "\\sqrt{2}", True),
+    ("The answer is \\frac{3}{4}", "0.75", True),
+    ("So the answer is 3.83e35. Done.", "3.83e35", True),
+    ("So the answer is 3.83e35. Done.", "3.83", False),
+    ("The answer is \\sqrt{2}. Check: 1 + 1 = 2.", "2", False),
+])
+def test_no_box_bare_latex_answer_is_read_within_its_sentence(completion, gold, correct):
+    """math-verify reads bare LaTeX and e-notation only in a box, so the phrase's rest, cut at the end of
+    its own sentence, is read as one; the next sentence still cannot supply the answer."""
+    assert reward.is_correct(completion, gold) == correct
+
+
+@pytest.mark.parametrize("completion, gold, correct", [
+    ("\\boxed{3} and then the answer is 4.", "3", True),                         # any box beats phrases
+    ("\\boxed{3} and then the answer is 4.", "4", False),
+    ("The answer is 4. Finally \\boxed{2} then \\boxed{3}.", "3", True),         # and the last box wins
+    ("The answer is 4. Finally \\boxed{2} then \\boxed{3}.", "2", False),
+    ("The answer is 4. Finally \\boxed{2} then \\boxed{3}.", "4", False),
+    ("The answer is 4. Then \\boxed{}", "4", False),                             # even a broken one
+])
+def test_boxed_answer_still_wins_over_answer_phrases(completion, gold, correct):
+    """Guards (these already passed): the phrase fallback applies only when there is no box at all."""
+    assert reward.is_correct(completion, gold) == correct
+
+
+@pytest.mark.parametrize("completion", [
+    "I am not sure how to solve this problem.",
+    "Let me think. 2 + 3 = 5. So 5.",                        # no "the last number" fallback
+    "We need the answer. First, 2 + 3 = 5.",                 # the word, but no answer after it
+])
+def test_no_answer_at_all(completion):
+    """Guards (these already passed): no box and no answer phrase is no answer, never a guess."""
+    assert not reward.is_correct(completion, "5")
+    assert reward.Scorer(workers=0).score([completion], ["5"]) == ([0.0], {"unparseable": 1, "timeouts": 0,
+                                                                           "cache_hits": 0})
+
+
+def test_scorer_reads_answer_phrases_like_is_correct():
+    """train.py (score_batch) and evaluate.py (Scorer) score through verifier_input and judge, the
+    same path as is_correct: the fixed cases must come out fixed there too, pool and cache included."""
+    comps, golds, want = zip(*NO_BOX_FIXED)
+    with reward.Scorer(workers=1) as s:
+        assert s.score(list(comps), list(golds))[0] == [float(w) for w in want]
+
+
 @pytest.mark.parametrize("completion", [
     "\\boxed{9^{9^{9^9}}}",                                            # a huge power
     "\\boxed{" + "\\frac{1}{" * 60 + "2" + "}" * 60 + "}",             # deeply nested LaTeX
     "\\boxed{" + "{" * 300 + "1" + "}" * 300 + "}",                    # deeply nested braces
     "x" * 1_000_000 + "\\boxed{" + "y" * 1_000_000 + "}",              # a megabyte box
     "the answer is " + "9" * 1_000_000,                                # a megabyte fallback answer
+    "The answer is $9^{9^{9^9}}$. " * 100,                             # 100 answer sentences: one is parsed
 ])
 def test_pathological_inputs_bounded_time(completion):
     t0 = time.perf_counter()
@@ -88,14 +180,14 @@ def test_is_correct_refuses_other_threads():
 
 def _hang_on_marker(keys):
     """A worker that hangs where SIGALRM cannot help (signal blocked), for the answer 'HANG'."""
-    if any(a == "HANG" for _, a in keys):
+    if any(a == "\\boxed{HANG}" for _, a in keys):
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})
         time.sleep(120)
     return reward._judge_many(keys)
 
 
 def test_scorer_matches_is_correct_and_caches():
-    comps = ["\\boxed{5}", "\\boxed{6}", "no answer", "\\boxed{\\frac{10}{2}}", "\\boxed{9^{9^{9^9}}}"] * 20
+    comps = ["\\boxed{5}", "\\boxed{6}", "no idea", "\\boxed{\\frac{10}{2}}", "\\boxed{9^{9^{9^9}}}"] * 20
     golds = ["5"] * len(comps)
     with reward.Scorer(workers=2) as s:
         r1, st1 = s.score(comps, golds)
