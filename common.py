@@ -1,7 +1,7 @@
 """
-Small helpers every entry point shares: `--name value` flags from a dataclass, the data folder,
-and atomic writes. Nothing here knows about the paper; it exists so that simulate.py, maze.py,
-train.py and evaluate.py do not each carry their own copy.
+Small helpers every entry point shares: `--name value` flags from a dataclass and their checks,
+the data folder, output folders we may write, and atomic writes. Nothing here knows about the
+paper; it exists so that simulate.py, maze.py, train.py and evaluate.py do not each carry their own copy.
 
     from common import parse_config
     cfg = parse_config(Config)       # Config is a @dataclass; its fields become --flags
@@ -9,6 +9,7 @@ train.py and evaluate.py do not each carry their own copy.
 import argparse
 import dataclasses
 import json
+import math
 import os
 import shutil
 import sys
@@ -30,6 +31,7 @@ def parse_config(cls, argv=None, doc=None):
     """
     hints = typing.get_type_hints(cls)
     p = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.error = refuse                                 # "--steps abc", "--stpes 2": one line too, not usage + line
     for f in dataclasses.fields(cls):
         typ, default = hints[f.name], f.default
         if default is dataclasses.MISSING:
@@ -49,8 +51,7 @@ def parse_config(cls, argv=None, doc=None):
     try:
         return cls(**args)
     except ValueError as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
+        refuse(e)
 
 
 def _parse_bool(s):
@@ -61,10 +62,66 @@ def _parse_bool(s):
     raise argparse.ArgumentTypeError(f"expected true or false, got {s!r}")
 
 
+def refuse(message):
+    """The answer to a bad flag or input found before any work: one line on stderr, exit status 2."""
+    print(f"error: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
 def check(ok, message):
     """Raise ValueError(message) unless ok. Configs call it in __post_init__, naming the flag."""
     if not ok:
         raise ValueError(message)
+
+
+def check_min(cfg, low, *names):
+    """low <= --name < inf for each named field of cfg. NaN fails, as it fails every comparison."""
+    for name in names:
+        value = getattr(cfg, name)
+        check(low <= value < math.inf, f"--{name} {value}: must be >= {low}")
+
+
+def check_positive(cfg, *names):
+    """0 < --name < inf for each named field of cfg (rates, clips, temperatures)."""
+    for name in names:
+        value = getattr(cfg, name)
+        check(0 < value < math.inf, f"--{name} {value}: must be > 0 and finite")
+
+
+def check_utf8(path):
+    """Raise ValueError('file:line: ...') at the first line of a text file that is not UTF-8.
+    Python's own error names a byte offset in a read buffer, which no one can find in the file."""
+    with open(path, "rb") as f:
+        for lineno, line in enumerate(f, 1):
+            try:
+                line.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise ValueError(f"{path}:{lineno}: not UTF-8 (byte {line[e.start]:#04x} at column "
+                                 f"{e.start + 1})") from None
+
+
+# Files a local model or tokenizer folder holds; any one is enough for AutoTokenizer (or reward.load_tokenizer).
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
+
+
+def check_pretrained(name, flag, model=True, tokenizer=True):
+    """A local folder given as a model (config.json) or tokenizer (TOKENIZER_FILES) must hold one.
+
+    A name that is not a local path is a hub id, left to from_pretrained. Without this check a folder
+    with no tokenizer loads as a 1-token tokenizer and fails much later with an unrelated message.
+    "out/maze_sft" counts as local when ./out exists, since a hub id has the same shape.
+    """
+    p = Path(name).expanduser()
+    local = p.exists() or name.startswith((".", "/", "~")) or name.count("/") > 1 \
+        or ("/" in name and Path(name.split("/")[0]).is_dir())
+    if not local:
+        return
+    check(p.is_dir(), f"{flag} {name}: no such folder")
+    if model:
+        check((p / "config.json").is_file(), f"{flag} {name}: not a model folder (no config.json)")
+    if tokenizer:
+        check(any((p / f).is_file() for f in TOKENIZER_FILES),
+              f"{flag} {name}: no tokenizer in the folder (none of {', '.join(TOKENIZER_FILES)})")
 
 
 def data_dir():
@@ -73,12 +130,79 @@ def data_dir():
 
 
 # -----------------------------------------------------------------------------
+# Output folders: we never delete or overwrite what we did not write.
+#
+# A folder we write whole (a maze checkpoint, train.py's final export) carries a marker file,
+# MARKER, that lists the names we put in it. An entry of a folder is ours when the marker lists it,
+# when the caller names it as one of its fixed outputs (`known`: train.py's run.json, ckpt, ...),
+# or when it is the leftover of one of our atomic writes of such a name (.NAME.tmp.*, .NAME.old).
+# A folder may be written into, or replaced, only when every entry in it is ours.
+
+MARKER = ".fgrpo.json"
+
+
+def owned_entries(folder):
+    """The names the marker of `folder` lists (none without a readable marker)."""
+    try:
+        return set(json.loads((Path(folder) / MARKER).read_text())["entries"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return set()
+
+
+def is_temp_of(entry, names):
+    """Whether `entry` is what a killed atomic write of one of `names` left: .NAME.tmp.* or .NAME.old."""
+    return any(entry.startswith(f".{n}.tmp.") or entry == f".{n}.old" for n in names)
+
+
+def check_writable(path, flag):
+    """`path` can be created: its nearest existing ancestor is a folder we may write in."""
+    p = Path(path)
+    check(str(path).strip() != "", f"{flag}: empty path")
+    existing = next(q for q in (p, *p.parents) if q.exists())
+    check(existing.is_dir(), f"{flag} {p}: {existing} is a file, not a folder")
+    check(os.access(existing, os.W_OK | os.X_OK), f"{flag} {p}: {existing} is not writable")
+
+
+def check_out_dir(path, flag="--out_dir", known=()):
+    """Raise ValueError naming `flag` unless `path` is an output folder we may write: absent, or a
+    folder whose every entry is ours (see MARKER; `known`: the names the caller always writes there);
+    not a file; and writable. Configs call it in __post_init__, so the answer comes before any work."""
+    p = Path(path)
+    check(not p.exists() or p.is_dir(), f"{flag} {p}: is a file, not a folder")
+    if p.is_dir():
+        ours = owned_entries(p) | set(known) | {MARKER}
+        foreign = sorted(e for e in os.listdir(p) if e not in ours and not is_temp_of(e, ours))
+        if foreign:
+            more = f" and {len(foreign) - 1} more" if len(foreign) > 1 else ""
+            raise ValueError(f"{flag} {p}: holds {foreign[0]!r}{more}, which we did not write; choose "
+                             f"another folder (we never write over what is not ours)")
+    check_writable(p, flag)
+
+
+def mark_out_dir(path, entries):
+    """Create folder `path` and record `entries` (names in it) as ours, beside those recorded before."""
+    p = Path(path)
+    p.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(p / MARKER, {"written_by": "fgrpo (see common.MARKER)",
+                                   "entries": sorted(owned_entries(p) | set(entries))})
+
+
+def remove_temp(folder, names):
+    """Delete what killed atomic writes of `names` left in `folder` (.NAME.tmp.*, .NAME.old): only those."""
+    folder = Path(folder)
+    for entry in (os.listdir(folder) if folder.is_dir() else []):
+        if is_temp_of(entry, names):
+            p = folder / entry
+            shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()
+
+
+# -----------------------------------------------------------------------------
 # Atomic writes: a reader (or a resumed run) sees the old file or the new one, never half of one.
 
 def atomic_write_text(path, text):
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.tmp.")
     os.chmod(tmp, 0o644)                               # mkstemp makes it 0600; a results file is shared
     with os.fdopen(fd, "w") as f:
         f.write(text)
@@ -92,22 +216,34 @@ def atomic_write_json(path, obj):
 
 
 def atomic_dir(path, write):
-    """Call write(tmp_dir) and then move tmp_dir to `path` in one rename.
+    """Call write(tmp_dir), mark what it wrote as ours, then move tmp_dir to `path` in one rename.
 
-    An existing `path` is moved aside first and removed only after the new one is in place, so a
-    kill at any moment leaves either the old or the new directory (plus a stray .old we clean up).
+    An existing `path` is replaced only if it is ours (check_out_dir): the caller checked that up
+    front; this is the last line of defence, before anything is removed.
     """
     path = Path(path)
+    check_out_dir(path, "output folder")
     path.parent.mkdir(parents=True, exist_ok=True)
+    remove_temp(path.parent, [path.name])                # what an earlier killed write left
     tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.tmp."))
+    os.chmod(tmp, 0o755)                                 # mkdtemp makes it 0700; a checkpoint is shared
     try:
         write(tmp)
+        mark_out_dir(tmp, os.listdir(tmp))
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    old = path.parent / f".{path.name}.old"
+    replace_dir(tmp, path)
+
+
+def replace_dir(src, dst):
+    """Move folder `src` to `dst` by rename. A `dst` already there is moved aside to .NAME.old first
+    and removed only once the new one is in place, so a kill at any moment leaves the old folder or
+    the new one at `dst` (or neither, with both beside it under our temp names)."""
+    src, dst = Path(src), Path(dst)
+    old = dst.parent / f".{dst.name}.old"
     shutil.rmtree(old, ignore_errors=True)
-    if path.exists():
-        os.replace(path, old)
-    os.replace(tmp, path)
+    if dst.exists():
+        os.replace(dst, old)
+    os.replace(src, dst)
     shutil.rmtree(old, ignore_errors=True)

@@ -14,6 +14,8 @@ paired m-out-of-n subsampling test between two runs, and Delta NLL_rare.
 
 Modes: eval writes one JSON with every problem's (n, c), so pass@k can be recomputed without sampling,
 plus pass@k for k = 1, 2, 4, ..., n per benchmark and the averages, and a Table-1-style .md beside it;
+both are rewritten as each benchmark finishes ("pending" lists those still to come), so a failure
+keeps what was done. Every benchmark file is read before the model loads: bad data stops the run first.
 compare runs the significance test on two such files (B minus A); report writes a table (.md) and a
 pass@k-curve plot (.png) for several files; rare_select / rare_score are the two halves of Delta NLL_rare.
 
@@ -38,7 +40,8 @@ import numpy as np
 
 import ood
 import reward
-from common import atomic_write_json, atomic_write_text, check, data_dir, parse_config
+from common import (atomic_write_json, atomic_write_text, check, check_min, check_positive, check_pretrained,
+                    check_utf8, check_writable, data_dir, parse_config, refuse, remove_temp)
 
 # name -> (file under data_dir()/eval, task). Table 1 orders them as MATH then OOD.
 BENCHMARKS = {
@@ -67,14 +70,15 @@ class Config:
     family: str = "auto"           # qwen2.5 | qwen3 | llama3 (prompts, stop tokens, length); auto = from the model
     benchmarks: tuple[str, ...] = MATH + OOD
     n: int = 1024                  # samples per problem (PAPER §8)
-    temperature: float = 1.0
-    top_p: float = 1.0
+    temperature: float = 1.0       # > 0. 0 (greedy) is refused: pass@k needs samples, and the
+                                   # engines divide the logits by T
+    top_p: float = 1.0             # in (0, 1]
     top_k: int = 0                 # 0 = off
     max_new_tokens: int = 0        # 0 = the family's length: 8192 (Qwen2.5, Llama) or 4096 (Qwen3)
     max_problems: int = 0          # 0 = all; else the first max_problems of each benchmark
     prompts_per_call: int = 8      # prompts per engine.generate call (each gives n completions)
     engine: str = "torch"          # torch | vllm (rollout.make_engine)
-    device: str = "cpu"
+    device: str = "cpu"            # cpu | cuda | cuda:N
     seed: int = 0
     workers: int = 2               # math-verify worker processes
     inputs: tuple[str, ...] = ()   # compare (exactly 2: A then B) / report: result files
@@ -84,18 +88,65 @@ class Config:
     rare: str = ""                 # rare_score: the file rare_select wrote
     rare_prompts: int = 256
     rare_samples: int = 800
-    rare_frac: float = 0.01        # top 1% by base NLL among correct rollouts
-    out: str = "runs/eval/result.json"
+    rare_frac: float = 0.01        # top 1% by base NLL among correct rollouts, in (0, 1]
+    out: str = "runs/eval/result.json"   # a .json (report: a stem for .md and .png); an existing file
+                                         # is replaced only if evaluate.py wrote it (written_by_us)
 
     def __post_init__(self):
         check(self.mode in ("eval", "compare", "report", "rare_select", "rare_score"), f"--mode {self.mode!r}: unknown")
         unknown = [b for b in self.benchmarks if b not in BENCHMARKS]
         check(not unknown, f"--benchmarks: unknown {unknown}; choose from {list(BENCHMARKS)}")
-        check(self.n >= 1, "--n must be >= 1")
+        check(len(self.benchmarks) == len(set(self.benchmarks)), "--benchmarks: a benchmark is named twice")
+        check_min(self, 1, "n", "prompts_per_call", "m", "iters", "rare_prompts", "rare_samples")
+        check_min(self, 0, "top_k", "max_new_tokens", "max_problems", "seed", "workers")
+        check_positive(self, "temperature")
+        check(0 < self.top_p <= 1, f"--top_p {self.top_p}: must be in (0, 1]")
+        check(0 < self.rare_frac <= 1, f"--rare_frac {self.rare_frac}: must be in (0, 1]")
         check(self.family in ("auto", *reward.FAMILIES), f"--family {self.family!r}: unknown")
+        check(self.device == "cpu" or self.device.startswith("cuda"), f"--device {self.device!r}: expected cpu or cuda[:N]")
+        check(self.engine in ("torch", "vllm"), f"--engine {self.engine!r}: expected torch or vllm")
         check(self.mode != "compare" or len(self.inputs) == 2, "--inputs: compare needs exactly two result files")
         check(self.mode != "report" or len(self.inputs) >= 1, "--inputs: report needs at least one result file")
         check(self.mode != "rare_score" or self.rare, "--rare: rare_score needs the rare_select output")
+        self.check_files()
+
+    def check_files(self):
+        """What the mode reads exists, and what it writes may be written, before any model loads."""
+        if self.mode in ("eval", "rare_select", "rare_score") and self.model != "tiny":
+            check_pretrained(self.model, "--model")
+        for f in self.inputs if self.mode in ("compare", "report") else ():
+            check(Path(f).is_file(), f"--inputs {f}: no such file")
+        if self.mode == "rare_score":
+            check(Path(self.rare).is_file(), f"--rare {self.rare}: no such file")
+        if self.mode == "rare_select" and self.data:
+            check(Path(self.data).is_file(), f"--data {self.data}: no such file")
+            check_utf8(self.data)
+        check(self.mode == "report" or self.out.endswith(".json"), f"--out {self.out}: expected a .json name")
+        for f in outputs(self):
+            check(not f.exists() or (f.is_file() and written_by_us(f)),
+                  f"--out {self.out}: {f} exists and evaluate.py did not write it; choose another --out")
+            check_writable(f.parent, "--out")
+
+
+def outputs(cfg):
+    """The files a mode writes: --out, and the table (and plot) beside it."""
+    out = Path(cfg.out)
+    return {"eval": [out, out.with_suffix(".md")],
+            "report": [out.with_suffix(".md"), out.with_suffix(".png")]}.get(cfg.mode, [out])
+
+
+def written_by_us(path):
+    """Whether an existing output file is one evaluate.py wrote, which it may replace: a JSON object
+    with our "config" (every mode writes one), a table that starts as ours, a plot beside such a table."""
+    path = Path(path)
+    try:
+        if path.suffix == ".md":
+            return path.read_text().startswith("| Run |")
+        if path.suffix == ".png":
+            return written_by_us(path.with_suffix(".md"))
+        return isinstance(json.loads(path.read_text()).get("config"), dict)
+    except (OSError, ValueError, AttributeError):
+        return False
 
 
 # -----------------------------------------------------------------------------
@@ -157,14 +208,17 @@ def averages(benchmarks):
 # Sampling and scoring
 
 def load_benchmark(name, max_problems=0):
-    """(rows, task) with 'problem' and 'answer' (for IFEval: instruction ids and kwargs)."""
+    """(rows, task) with 'problem' and 'answer' (for IFEval: instruction ids and kwargs).
+    A missing, empty, non-UTF-8 or malformed file raises OSError or ValueError naming it."""
     file, task = BENCHMARKS[name]
     path = data_dir() / "eval" / file
     if task == "gpqa":
         rows = ood.load_gpqa(path)
     else:
         fields = ("problem", "instruction_id_list", "kwargs") if task == "ifeval" else ("problem", "answer")
+        check_utf8(path)
         rows = reward.load_jsonl(path, fields)
+    check(len(rows) > 0, f"{path}: no problems in it")
     for i, r in enumerate(rows):
         r.setdefault("id", i)
         if (name, i) in GOLD_FIXES:
@@ -220,8 +274,22 @@ def score(task, completions, rows, scorer):
     return [float(ood.ifeval_correct(c, r)) for c, r in zip(completions, rows)], {}
 
 
-def evaluate_benchmark(cfg, name, engine, tok, family, scorer):
-    rows, task = load_benchmark(name, cfg.max_problems)
+def load_benchmarks(cfg):
+    """{name: (rows, task)} of the benchmarks asked for, read before any model loads; a bad file
+    stops the run at once, in one line that names it (and the maze needs a maze checkpoint)."""
+    loaded = {}
+    for name in cfg.benchmarks:
+        try:
+            if name == "maze":
+                check((Path(cfg.model) / "sft.json").is_file(), f"--model {cfg.model}: no sft.json, not a maze checkpoint")
+            elif name != "synlogic":
+                loaded[name] = load_benchmark(name, cfg.max_problems)
+        except (OSError, ValueError) as e:
+            refuse(f"--benchmarks {name}: {e}")
+    return loaded
+
+
+def evaluate_benchmark(cfg, name, rows, task, engine, tok, family, scorer):
     texts = [reward.format_prompt(tok, r["problem"], family, task) for r in rows]
     seeds = [zlib.crc32(f"{cfg.seed}:{name}:{i}".encode()) for i in range(len(rows))]
     c, truncated, stats = np.zeros(len(rows), dtype=np.int64), 0, {}
@@ -237,11 +305,13 @@ def evaluate_benchmark(cfg, name, engine, tok, family, scorer):
 
 
 def evaluate_maze(cfg, engine, tok):
-    """Held-out mazes (PAPER §6): n samples each at T = 1; c counts the walk rule (what pass@k uses),
-    c_strict the exact shortest path. --max_problems sets the number of mazes (default 256)."""
+    """Held-out mazes (PAPER §6): n samples each (T = 1 by default); c counts the walk rule (what pass@k
+    uses), c_strict the exact shortest path. --max_problems sets the number of mazes (default 256),
+    --max_new_tokens the budget (0: maze.max_new_tokens_for the size)."""
     import maze
     grids = maze.heldout_mazes(maze.checkpoint_size(cfg.model), cfg.max_problems or 256)
-    res = maze.evaluate_mazes(engine, tok, grids, cfg.n, seed=cfg.seed, temperature=cfg.temperature)
+    res = maze.evaluate_mazes(engine, tok, grids, cfg.n, seed=cfg.seed, max_new_tokens=cfg.max_new_tokens or None,
+                              temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k)
     return {"n": cfg.n, "task": "maze", "ids": list(range(len(grids))), "c": res["walk"],
             "pass@k": pass_at_k_curve(cfg.n, res["walk"]), "c_strict": res["strict"],
             "pass@k_strict": pass_at_k_curve(cfg.n, res["strict"]), "trunc_frac": res["trunc_frac"]}
@@ -249,26 +319,32 @@ def evaluate_maze(cfg, engine, tok):
 
 def run_eval(cfg):
     import rollout
+    data = load_benchmarks(cfg)
     model, tok, family = load_model(cfg, weights=cfg.engine == "torch")
     engine = rollout.make_engine(cfg.engine, cfg.model, pad_token_id=reward.pad_id(tok), device=cfg.device,
                                  dtype=model_dtype(cfg), model=model)
-    result = {"config": asdict(cfg), "family": family, "benchmarks": {}}
+    result = {"config": asdict(cfg), "family": family, "benchmarks": {}, "pending": list(cfg.benchmarks)}
     with reward.Scorer(workers=cfg.workers) as scorer:
         for name in cfg.benchmarks:
             if name == "synlogic":
                 print(SYNLOGIC_MSG)
                 result["benchmarks"][name] = {"skipped": SYNLOGIC_MSG}
-                continue
-            b = result["benchmarks"][name] = (evaluate_maze(cfg, engine, tok) if name == "maze" else
-                                              evaluate_benchmark(cfg, name, engine, tok, family, scorer))
-            print(f"{name}: " + " ".join(f"pass@{k} {v:.3f}" for k, v in b["pass@k"].items())
-                  + f" | trunc {b['trunc_frac']:.3f}")
-    result["averages"] = averages(result["benchmarks"])
+            else:
+                b = result["benchmarks"][name] = (evaluate_maze(cfg, engine, tok) if name == "maze" else
+                                                  evaluate_benchmark(cfg, name, *data[name], engine, tok, family, scorer))
+                print(f"{name}: " + " ".join(f"pass@{k} {v:.3f}" for k, v in b["pass@k"].items())
+                      + f" | trunc {b['trunc_frac']:.3f}")
+            result["pending"].remove(name)
+            save_result(cfg, result)              # a failure in a later benchmark loses nothing done
     engine.close()
-    atomic_write_json(cfg.out, result)
-    atomic_write_text(Path(cfg.out).with_suffix(".md"), table([result], [Path(cfg.out).stem]))
     print(f"wrote {cfg.out}")
     return result
+
+
+def save_result(cfg, result):
+    result["averages"] = averages(result["benchmarks"])
+    atomic_write_json(cfg.out, result)
+    atomic_write_text(Path(cfg.out).with_suffix(".md"), table([result], [Path(cfg.out).stem]))
 
 
 # -----------------------------------------------------------------------------
@@ -390,7 +466,8 @@ def run_compare(cfg):
         cells = [f"k={k}: {100 * v['diff']:+.1f} [{100 * v['lo']:+.1f}, {100 * v['hi']:+.1f}]"
                  + ("*" if v["significant"] else "") for k, v in per_k.items() if k in (1, cfg.m)]
         print(f"{name:14s} " + " | ".join(cells) + "   (B - A in points, 95% interval, * significant)")
-    atomic_write_json(cfg.out, {"a": cfg.inputs[0], "b": cfg.inputs[1], "m": cfg.m, "iters": cfg.iters, "tests": res})
+    atomic_write_json(cfg.out, {"config": asdict(cfg), "a": cfg.inputs[0], "b": cfg.inputs[1], "m": cfg.m,
+                                "iters": cfg.iters, "tests": res})
     return res
 
 
@@ -440,12 +517,14 @@ def run_rare_score(cfg):
     model, tok, _ = load_model(cfg)
     trained = nll(model, tok, [r["prompt_ids"] for r in rare], [r["completion_ids"] for r in rare])
     delta = float(np.mean([t - r["nll_base"] for t, r in zip(trained, rare)]))
-    atomic_write_json(cfg.out, {"model": cfg.model, "rare": cfg.rare, "count": len(rare), "delta_nll_rare": delta})
+    atomic_write_json(cfg.out, {"config": asdict(cfg), "model": cfg.model, "rare": cfg.rare, "count": len(rare),
+                                "delta_nll_rare": delta})
     print(f"Delta NLL_rare = {delta:.4f} over {len(rare)} trajectories")
     return delta
 
 
 def main(cfg):
+    remove_temp(Path(cfg.out).parent, [f.name for f in outputs(cfg)])   # what a killed run of ours left
     return {"eval": run_eval, "compare": run_compare, "report": run_report,
             "rare_select": run_rare_select, "rare_score": run_rare_score}[cfg.mode](cfg)
 

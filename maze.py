@@ -51,7 +51,7 @@ from transformers import (AutoModelForCausalLM, GenerationConfig, PreTrainedToke
                           Qwen2ForCausalLM)
 
 import rollout
-from common import atomic_dir, atomic_write_json, check, parse_config
+from common import atomic_dir, atomic_write_json, check, check_min, check_out_dir, check_positive, parse_config
 
 # -----------------------------------------------------------------------------
 # Mazes: a (2k+1) x (2k+1) grid, border walls, "rooms" at odd coordinates (PAPER §6.2)
@@ -281,7 +281,8 @@ def build_model():
 
 
 def save_checkpoint(model, tokenizer, out_dir, info):
-    """config.json, model.safetensors, tokenizer, generation_config.json and sft.json, atomically."""
+    """config.json, model.safetensors, tokenizer, generation_config.json and sft.json, atomically.
+    An existing out_dir is replaced only if it is one of ours (common.atomic_dir)."""
     def write(tmp):
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
@@ -339,20 +340,23 @@ def sft(model, tokenizer, cfg, device="cpu"):
     return losses
 
 
-def evaluate_mazes(engine, tokenizer, grids, n, seed, max_new_tokens=None, temperature=1.0):
+def evaluate_mazes(engine, tokenizer, grids, n, seed, max_new_tokens=None, temperature=1.0, top_p=1.0, top_k=0):
     """Sample n completions per maze through a rollout engine and count the correct ones.
 
     Returns {"walk": [c_i], "strict": [c_i], "first": [text], "trunc_frac": float}: correct counts
     per maze under each reward rule (pass@1 = sum(c) / (n * len(grids))), the first sample of each
     maze decoded, and the fraction of samples stopped for length.
     A maze's samples are seeded by (seed, the maze itself) alone, so they are the same whatever
-    batch, order or rank the maze lands in (STYLE.md §7; train.py splits the mazes over ranks).
+    batch, order or rank the maze lands in (STYLE.md §7; train.py splits the mazes over ranks, and
+    a rank may get none).
     """
+    if not grids:
+        return {"walk": [], "strict": [], "first": [], "trunc_frac": 0.0}
     size = len(grids[0])
     prompts = encode(tokenizer, [prompt_text(g) for g in grids])
     seeds = [rollout.mix_seed(seed, zlib.crc32("\n".join(g).encode())) for g in grids]
     out = engine.generate(prompts, n, seeds, max_new_tokens=max_new_tokens or max_new_tokens_for(size),
-                          stop_token_ids=[EOS], temperature=temperature, top_p=1.0, top_k=0)
+                          stop_token_ids=[EOS], temperature=temperature, top_p=top_p, top_k=top_k)
     res = {"walk": [0] * len(grids), "strict": [0] * len(grids), "first": [None] * len(grids),
            "trunc_frac": sum(r == "length" for r in out.finish_reason) / len(out.finish_reason)}
     for i, ids in zip(out.prompt_index, out.token_ids):
@@ -383,7 +387,7 @@ class Config:
     steps: int = 900              # SFT steps; 1,500 at paper scale
     batch_size: int = 32          # mazes per step (PAPER §6.2)
     lr: float = 5e-4              # peak lr of the cosine schedule
-    out_dir: str = "out/maze_sft"
+    out_dir: str = "out/maze_sft"   # absent, or a checkpoint of ours, which is replaced; anything else is refused
     eval_mazes: int = 256         # held-out mazes (the paper's count); 0 skips the evaluation
     eval_samples: int = 4         # samples per held-out maze at temperature 1.0
     seed: int = 0                 # model init, training maze draws and evaluation samples
@@ -394,12 +398,14 @@ class Config:
     def __post_init__(self):
         check(self.size % 2 == 1 and MIN_SIZE <= self.size <= 17,
               f"--size: expected an odd number in [{MIN_SIZE}, 17] (17 fills 512 positions), got {self.size}")
-        for flag, low in [("steps", 1), ("batch_size", 1), ("eval_samples", 1), ("eval_mazes", 0),
-                          ("threads", 0)]:
-            check(getattr(self, flag) >= low, f"--{flag}: must be >= {low}, got {getattr(self, flag)}")
-        check(self.lr > 0, f"--lr: must be > 0, got {self.lr}")
+        check_min(self, 1, "steps", "batch_size", "eval_samples")
+        check_min(self, 0, "eval_mazes", "threads", "seed")
+        check_min(self, -1, "show_seed")
+        check_positive(self, "lr")
         check(self.device == "auto" or self.device == "cpu" or self.device.startswith("cuda"),
               f"--device: expected auto, cpu or cuda[:N], got {self.device!r}")
+        if self.show_seed < 0:                        # --show_seed only prints
+            check_out_dir(self.out_dir)
 
 
 def main(cfg):

@@ -27,8 +27,10 @@ Deviations and choices where the paper is silent (PAPER.md §10):
 """
 import gc
 import json
+import math
 import os
 import random
+import re
 import shutil
 import socket
 import subprocess
@@ -50,7 +52,9 @@ import maze
 import reward
 from advantage import (CLIP_EPS, clip_bounds, ds_grpo_advantages, entropy_from_logits,
                        focal_advantages, group_advantages, kl_k3, policy_loss, token_mean)
-from common import atomic_dir, atomic_write_json, atomic_write_text, check, parse_config
+from common import (MARKER, atomic_dir, atomic_write_json, atomic_write_text, check, check_min,
+                    check_out_dir, check_positive, check_pretrained, check_utf8, mark_out_dir, parse_config,
+                    refuse, remove_temp, replace_dir)
 from rollout import (completion_logits, make_engine, mix_seed, pack, sync_weights,
                      token_logprobs)
 
@@ -60,7 +64,7 @@ class Config:
     # task, model, engine
     task: str = "math"                # "math" (DeepScaleR, math-verify reward) | "maze" (PAPER §6)
     model: str = "Qwen/Qwen2.5-7B"    # HF id or local dir; maze: the SFT dir; "tiny": random 2-layer Qwen2
-    tokenizer: str = ""               # default: the model's own; needed with --model tiny
+    tokenizer: str = ""               # default: the model's own; required with --model tiny
     data: str = "agentica-org/DeepScaleR-Preview-Dataset"   # math: a hub id or a local jsonl
     engine: str = "torch"             # rollout engine: "torch" | "vllm"
     # algorithm (each paper row is a flag or two; README "Reproducing the paper")
@@ -69,7 +73,7 @@ class Config:
     group_size: int = 8               # N rollouts per prompt
     eps_low: float | None = None      # clip widths; None = the --loss default (0.2/0.2, 0.2/0.28, 1/5)
     eps_high: float | None = None
-    dual_clip: float = 3.0            # cap on the loss of A < 0 tokens (verl; GRPO/DAPO only)
+    dual_clip: float = 3.0            # cap on the loss of A < 0 tokens, > 1 (verl; GRPO/DAPO only)
     kl_coef: float = 0.0              # GRPO-KL control: k3 to the initial model (paper best 0.001)
     entropy_coef: float = 0.0         # GRPO-H control: loss -= coef * H (paper best 0.001)
     ds_grpo: bool = False             # DS-GRPO control: best-guess advantages (advantage.py)
@@ -80,26 +84,27 @@ class Config:
     share_prompts: bool = False       # forward each group's prompt once (rollout.pack); maze: ~5x faster
     steps: int = 1530                 # ~10 epochs of 39,202 prompts
     lr: float = 1e-6
-    warmup_steps: int = 15
+    warmup_steps: int = 15            # 0 = none
     weight_decay: float = 0.01
     adam_beta1: float = 0.9
     adam_beta2: float = 0.999
-    grad_clip: float = 1.0
+    grad_clip: float = 1.0            # max gradient norm, > 0 (there is no "off")
     # sampling
-    temperature: float = 1.0
-    top_p: float = 1.0
+    temperature: float = 1.0          # > 0. 0 (greedy) is refused: N equal samples give no group signal,
+                                      # and the trainer's log-probs divide the logits by T
+    top_p: float = 1.0                # in (0, 1]
     top_k: int = 0                    # 0 = off
     max_prompt_len: int = 1024        # math: longer prompts are filtered out (PAPER §7)
     max_response_len: int = 8192      # math; the maze uses maze.max_new_tokens_for(size)
-    maze_size: int = 0                # maze: grid size; 0 = the SFT checkpoint's
+    maze_size: int = 0                # maze: grid size (odd, 7..17); 0 = the SFT checkpoint's
     # run
-    device: str = "auto"              # "auto" | "cpu" | "cuda"
+    device: str = "auto"              # "auto" | "cpu" | "cuda" (torchrun: one GPU per rank)
     threads: int = 0                  # CPU threads per process, 0 = torch's default. Use 1 when other
                                       # jobs share the cores: OpenMP spin-waits make oversubscription 10x slower
     grad_checkpointing: bool = False
     seed: int = 0
-    out_dir: str = "out/train"
-    resume: bool = False              # continue from the latest checkpoint in out_dir
+    out_dir: str = "out/train"        # holds only what we write (TRAIN_OUTPUTS), or is refused
+    resume: bool = False              # continue from the newest whole checkpoint in out_dir
     save_every: int = 100             # checkpoint every K steps (and at the end)
     eval_every: int = 0               # maze: held-out pass@1 every K steps (0 = only at the end)
     eval_mazes: int = 256
@@ -111,17 +116,54 @@ class Config:
         check(self.task in ("math", "maze"), f"--task {self.task!r}: expected math or maze")
         check(self.loss in CLIP_EPS, f"--loss {self.loss!r}: expected one of {sorted(CLIP_EPS)}")
         check(self.engine in ("torch", "vllm"), f"--engine {self.engine!r}: expected torch or vllm")
-        check(self.gamma >= 0, f"--gamma {self.gamma}: must be >= 0")
+        check(self.device in ("auto", "cpu", "cuda"), f"--device {self.device!r}: expected auto, cpu or cuda")
         check(self.group_size >= 2, f"--group_size {self.group_size}: need >= 2 for a group baseline")
+        check_min(self, 1, "prompts_per_step", "mini_batch_prompts", "micro_batch_size", "steps",
+                  "max_prompt_len", "max_response_len", "save_every", "eval_samples")
+        check_min(self, 0, "gamma", "kl_coef", "entropy_coef", "warmup_steps", "weight_decay", "top_k",
+                  "maze_size", "threads", "seed", "eval_every", "eval_mazes", "sample_every")
         check(self.prompts_per_step % self.mini_batch_prompts == 0,
               f"--prompts_per_step {self.prompts_per_step} must be a multiple of "
               f"--mini_batch_prompts {self.mini_batch_prompts}")
-        for name in ("steps", "micro_batch_size", "mini_batch_prompts", "max_response_len", "save_every"):
-            check(getattr(self, name) >= 1, f"--{name} {getattr(self, name)}: must be >= 1")
-        check(self.lr > 0, f"--lr {self.lr}: must be > 0")
-        check(self.temperature > 0, f"--temperature {self.temperature}: must be > 0")
+        check_positive(self, "lr", "grad_clip", "temperature")
+        # The clip range [1 - eps_low, 1 + eps_high] must hold 1, and a ratio is never below 0.
+        check(self.eps_low is None or 0 <= self.eps_low <= 1, f"--eps_low {self.eps_low}: must be in [0, 1]")
+        check(self.eps_high is None or 0 <= self.eps_high < math.inf,
+              f"--eps_high {self.eps_high}: must be >= 0 and finite")
+        # The dual clip caps a negative-advantage token's loss at c|A|; at c <= 1 it would cut
+        # below the clipped PPO loss itself.
+        check(1 < self.dual_clip < math.inf, f"--dual_clip {self.dual_clip}: must be > 1 and finite")
+        for name in ("adam_beta1", "adam_beta2"):
+            check(0 <= getattr(self, name) < 1, f"--{name} {getattr(self, name)}: must be in [0, 1)")
         check(0 < self.top_p <= 1, f"--top_p {self.top_p}: must be in (0, 1]")
-        clip_bounds(self.loss, self.eps_low, self.eps_high)
+        check(self.maze_size == 0 or (self.maze_size % 2 == 1 and maze.MIN_SIZE <= self.maze_size <= 17),
+              f"--maze_size {self.maze_size}: expected 0 or an odd number in [{maze.MIN_SIZE}, 17]")
+        self.check_inputs()
+        check_out_dir(self.out_dir, "--out_dir", known=TRAIN_OUTPUTS)
+
+    def check_inputs(self):
+        """The model, tokenizer and data exist and are what they claim, before anything loads."""
+        check(self.model != "tiny" or self.tokenizer, "--tokenizer: --model tiny has random weights and no "
+              "tokenizer; pass a tokenizer folder, e.g. ../shared/data/tokenizers/qwen2.5")
+        if self.model != "tiny":
+            check_pretrained(self.model, "--model", tokenizer=not self.tokenizer)
+        if self.tokenizer:
+            check_pretrained(self.tokenizer, "--tokenizer", model=False)
+        if self.task == "maze" and not self.maze_size:
+            check((Path(self.model) / "sft.json").is_file(), f"--model {self.model}: no sft.json (not a maze.py "
+                  "checkpoint), so no maze size; pass --maze_size")
+        if self.task == "math" and self.data not in ("deepscaler", reward.DEEPSCALER_HUB):
+            check(Path(self.data).is_file(), f"--data {self.data}: no such file")
+            check_utf8(self.data)
+
+
+# What train.py writes in --out_dir; a folder holding anything else is refused (common.check_out_dir).
+TRAIN_OUTPUTS = ("run.json", "metrics.jsonl", "ckpt", "final", "wandb")
+# Flags a resumed run may change: how the same experiment runs, is logged and is evaluated. Any other
+# difference from the checkpoint's config (gamma, lr, loss, model, data, seed, batch, ...) is refused.
+RESUME_MAY_CHANGE = ("steps", "save_every", "eval_every", "eval_mazes", "eval_samples", "sample_every",
+                     "wandb", "out_dir", "resume", "threads", "device", "engine", "micro_batch_size",
+                     "share_prompts", "grad_checkpointing")
 
 
 # -----------------------------------------------------------------------------
@@ -236,7 +278,8 @@ def make_task(cfg, tokenizer, model_type):
 
 
 def evaluate_maze(engine, tokenizer, task, cfg, rank, world):
-    """Held-out pass@1 under both reward rules; the mazes are split over ranks, counts summed."""
+    """Held-out pass@1 under both reward rules; the mazes are split over ranks, counts summed
+    (a rank may get none when --eval_mazes < world)."""
     grids = maze.heldout_mazes(task["size"], cfg.eval_mazes)[rank::world]
     res = maze.evaluate_mazes(engine, tokenizer, grids, cfg.eval_samples, seed=cfg.seed)
     walk, strict = all_sum(sum(res["walk"])), all_sum(sum(res["strict"]))
@@ -318,7 +361,10 @@ def clip_and_step(model, opt, cfg, lr):
 
 
 # -----------------------------------------------------------------------------
-# Checkpoints: torch.distributed.checkpoint, written to a temp dir and renamed (atomic)
+# Checkpoints: torch.distributed.checkpoint, one folder ckpt/step_NNNNNN per save. There is no
+# "latest" pointer to fall out of step with the folders: resume takes the newest step folder that is
+# whole. A folder is written under a temp name and renamed into place only once complete, so a kill
+# at any moment leaves every step_* folder either whole or (disk trouble aside) absent.
 
 def save_checkpoint(model, opt, step, cfg, out_dir):
     ckpt_root = Path(out_dir) / "ckpt"
@@ -332,24 +378,65 @@ def save_checkpoint(model, opt, step, cfg, out_dir):
     if dist.get_rank() == 0:
         atomic_write_json(tmp / "meta.json", {"step": step, "config": asdict(cfg),
                                               "rng": torch.get_rng_state().tolist()})
-        os.replace(tmp, final)
-        atomic_write_text(ckpt_root / "latest", final.name + "\n")
+        replace_dir(tmp, final)           # a damaged step_N that resume skipped is replaced, not an error
     dist.barrier()
 
 
-def load_checkpoint(model, opt, out_dir):
-    """Restore the latest checkpoint; returns the step to continue from (0 if there is none)."""
-    latest = Path(out_dir) / "ckpt" / "latest"
-    if not latest.exists():
-        return 0
-    path = latest.parent / latest.read_text().strip()
+def step_folders(ckpt_root):
+    """ckpt/step_NNNNNN folders, newest first."""
+    found = [p for p in Path(ckpt_root).glob("step_*") if re.fullmatch(r"step_\d+", p.name) and p.is_dir()]
+    return sorted(found, key=lambda p: int(p.name[5:]), reverse=True)
+
+
+def checkpoint_meta(path):
+    """meta.json of a checkpoint folder, or ValueError saying what is damaged: meta.json must parse
+    and name this step, DCP's .metadata must load, and every byte range it lists must lie inside
+    its file (a truncated shard fails that without reading a tensor)."""
+    try:
+        meta = json.loads((path / "meta.json").read_text())
+        step, config = meta["step"], meta["config"]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise ValueError(f"meta.json: {type(e).__name__}") from None
+    check(step == int(path.name[5:]) and isinstance(config, dict), "meta.json: not this step's")
+    try:
+        storage = dcp.FileSystemReader(str(path)).read_metadata().storage_data
+    except Exception as e:            # a cut pickle raises EOFError, UnpicklingError, ... by where it was cut
+        raise ValueError(f".metadata: {type(e).__name__}") from None
+    for info in storage.values():
+        shard = path / info.relative_path
+        check(shard.is_file() and shard.stat().st_size >= info.offset + info.length,
+              f"{info.relative_path}: shorter than .metadata says")
+    return meta
+
+
+def find_checkpoint(ckpt_root):
+    """(newest whole checkpoint folder, its meta, ["step_N (what is damaged)" for newer ones skipped]);
+    (None, None, skipped) when there is none."""
+    skipped = []
+    for path in step_folders(ckpt_root):
+        try:
+            return path, checkpoint_meta(path), skipped
+        except ValueError as e:
+            skipped.append(f"{path.name} ({e})")
+    return None, None, skipped
+
+
+def load_checkpoint(model, opt, path, meta):
+    """Restore model, optimizer and RNG from a folder find_checkpoint chose; the step to continue from."""
     msd, osd = get_state_dict(model, opt)
     state = {"model": msd, "optim": osd}
     dcp.load(state, checkpoint_id=str(path))
     set_state_dict(model, opt, model_state_dict=state["model"], optim_state_dict=state["optim"])
-    meta = json.loads((path / "meta.json").read_text())
     torch.set_rng_state(torch.tensor(meta["rng"], dtype=torch.uint8))
     return meta["step"]
+
+
+def resume_conflicts(saved, cfg):
+    """The flags of `cfg` that differ from the `saved` config (a checkpoint's) and may not change on
+    resume, as "--name now (was before)". Fields the saved config lacks (added since) are not compared."""
+    now = asdict(cfg)
+    return [f"--{k} {now[k]} (was {v})" for k, v in saved.items()
+            if k in now and k not in RESUME_MAY_CHANGE and now[k] != v]
 
 
 def export(model, tokenizer, out_dir, source):
@@ -359,8 +446,9 @@ def export(model, tokenizer, out_dir, source):
         def write(tmp):
             model.save_pretrained(tmp, state_dict=sd)
             if Path(source).is_dir():       # keep the source's tokenizer files (and a maze's sft.json) as is
-                for f in Path(source).iterdir():
-                    if f.is_file() and not (Path(tmp) / f.name).exists() and f.suffix not in (".safetensors", ".bin"):
+                for f in Path(source).iterdir():      # not its hidden files: our marker, temp leftovers
+                    if (f.is_file() and not f.name.startswith(".") and not (Path(tmp) / f.name).exists()
+                            and f.suffix not in (".safetensors", ".bin")):
                         shutil.copy(f, tmp)
             else:
                 tokenizer.save_pretrained(tmp)
@@ -384,7 +472,7 @@ def main(cfg):
     rank, world, device = init_dist(cfg.device)
     transformers.utils.logging.disable_progress_bar()
     out = Path(cfg.out_dir)
-    check_run(cfg, world, out)
+    ckpt, meta = check_run(cfg, world, out)
     tokenizer = reward.load_tokenizer(cfg.tokenizer or cfg.model)   # AutoTokenizer + Llama offline
     pad = reward.pad_id(tokenizer)
     lo, hi = clip_bounds(cfg.loss, cfg.eps_low, cfg.eps_high)
@@ -405,7 +493,7 @@ def main(cfg):
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(cfg.adam_beta1, cfg.adam_beta2),
                             weight_decay=cfg.weight_decay)
     task = make_task(cfg, tokenizer, "tiny" if cfg.model == "tiny" else model.config.model_type)
-    start = load_checkpoint(model, opt, out) if cfg.resume else 0
+    start = load_checkpoint(model, opt, ckpt, meta) if ckpt is not None else 0
     sync_weights(model, engine)                    # the engine samples from exactly these weights
     if rank == 0:
         out.mkdir(parents=True, exist_ok=True)
@@ -478,7 +566,8 @@ def main(cfg):
         metrics.update({"time/rollout": t_rollout, "time/reward": t_reward, "time/train": t_train,
                         "time/weight_sync": t_sync, "time/step": dt,
                         "tok_per_s": metrics["tokens"] / dt, "tok_per_s/rollout": metrics["tokens"] / t_rollout})
-        if cfg.task == "maze" and ((cfg.eval_every and (step + 1) % cfg.eval_every == 0) or step + 1 == cfg.steps):
+        if cfg.task == "maze" and cfg.eval_mazes and ((cfg.eval_every and (step + 1) % cfg.eval_every == 0)
+                                                      or step + 1 == cfg.steps):
             metrics.update(evaluate_maze(engine, tokenizer, task, cfg, rank, world))
         if rank == 0:
             logger(metrics)
@@ -500,19 +589,50 @@ def main(cfg):
 
 
 def check_run(cfg, world, out):
-    """Refuse, in one line, what only shows once we know the world size and the output folder.
+    """Refuse, in one line, what only shows once we know the world size and the output folder;
+    then tidy what killed runs left. Returns (checkpoint folder to resume from or None, its meta).
     The global batch is fixed by config; the world size only changes each rank's share."""
     problems = []
     if cfg.prompts_per_step % world:
         problems.append(f"--prompts_per_step {cfg.prompts_per_step} must be divisible by the world size {world}")
     if cfg.mini_batch_prompts % world:
         problems.append(f"--mini_batch_prompts {cfg.mini_batch_prompts} must be divisible by the world size {world}")
-    if not cfg.resume and (out / "ckpt" / "latest").exists():
+    ckpt_root = out / "ckpt"
+    if not cfg.resume and (step_folders(ckpt_root) or (ckpt_root / "latest").exists()):
         problems.append(f"--out_dir {out} holds checkpoints: pass --resume true, or choose another --out_dir")
+    if (out / "final" / MARKER).exists():            # the export at the end will replace it: ours only
+        try:
+            check_out_dir(out / "final", "--out_dir")
+        except ValueError as e:
+            problems.append(str(e))
+    ckpt, meta, skipped = find_checkpoint(ckpt_root) if cfg.resume else (None, None, [])
+    changed = resume_conflicts(meta["config"], cfg) if meta else []
+    if changed:
+        problems.append(f"--resume: {ckpt} was trained with other settings: {', '.join(changed)}; resume "
+                        f"with the old values or use another --out_dir (a resume may change only --"
+                        f"{', --'.join(RESUME_MAY_CHANGE)})")
     if problems:
         dist.destroy_process_group()
-        print(f"error: {problems[0]}", file=sys.stderr)
-        sys.exit(2)                                    # as for a bad flag (common.parse_config)
+        refuse(problems[0])                            # as for a bad flag (common.parse_config)
+    if dist.get_rank() == 0:
+        if skipped:
+            print(f"warning: skipped damaged checkpoint(s) {', '.join(skipped)}; resuming from "
+                  f"{ckpt.name if ckpt else 'step 0'}", file=sys.stderr, flush=True)
+        remove_killed_saves(out, ckpt_root)
+    dist.barrier()
+    return ckpt, meta
+
+
+def remove_killed_saves(out, ckpt_root):
+    """Delete what killed runs left, by our own temp names only: half-written checkpoints
+    (.step_N.tmp), checkpoints moved aside for a replacement (.step_N.old) and atomic-write temps."""
+    for p in ckpt_root.glob(".step_*"):
+        if re.fullmatch(r"\.step_\d+\.(tmp|old)", p.name):
+            shutil.rmtree(p)
+    remove_temp(out, TRAIN_OUTPUTS)
+    final = out / "final"
+    if final.is_dir() and not (final / MARKER).exists():  # exported before markers existed: it is ours
+        mark_out_dir(final, os.listdir(final))
 
 
 def step_metrics(cfg, R, adv_pre, adv, g, rollouts, seqs, stats, grad_norms, lr, extra):

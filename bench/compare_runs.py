@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from common import parse_config  # noqa: E402
+from common import check_min, parse_config  # noqa: E402
 
 
 @dataclass
@@ -26,6 +26,9 @@ class Config:
     a: str = "out/curves/torch_s*"     # glob of run directories, group A
     b: str = "out/curves/vllm_s*"      # glob of run directories, group B
     bin: int = 5                       # steps per bin in the printed curve
+
+    def __post_init__(self):
+        check_min(self, 1, "bin")
 
 
 def load(pattern):

@@ -22,7 +22,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import reward  # noqa: E402
-from common import data_dir, parse_config  # noqa: E402
+from common import check_min, data_dir, parse_config  # noqa: E402
 
 
 @dataclass
@@ -33,6 +33,10 @@ class Config:
     workers: int = 2
     prompts_per_call: int = 8      # completions are scored in batches as evaluate.py does
     seed: int = 0
+
+    def __post_init__(self):
+        check_min(self, 1, "problems", "samples", "prompts_per_call")
+        check_min(self, 0, "naive_samples", "workers", "seed")
 
 
 def variants(gold, rng):

@@ -24,7 +24,7 @@ from transformers import AutoModelForCausalLM
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import maze  # noqa: E402
-from common import parse_config  # noqa: E402
+from common import check_min, check_pretrained, parse_config  # noqa: E402
 from rollout import TorchEngine, VLLMEngine, sync_weights  # noqa: E402
 
 
@@ -36,6 +36,10 @@ class Config:
     repeats: int = 3
     threads: int = 1                # 1 unless the machine is otherwise idle (OpenMP oversubscription)
     vllm: bool = True               # also time VLLMEngine (skipped with a note when vLLM is not installed)
+
+    def __post_init__(self):
+        check_min(self, 1, "prompts", "n", "repeats", "threads")
+        check_pretrained(self.model, "--model")
 
 
 def count_tokens(rows, eos):

@@ -168,3 +168,71 @@ def test_config_errors():
     with pytest.raises(ValueError, match="--benchmarks"):
         evaluate.Config(benchmarks=("mmlu",))
     assert math.isclose(evaluate.Config().temperature, 1.0) and evaluate.Config().n == 1024
+
+
+# -----------------------------------------------------------------------------
+# What goes wrong: bad data, a failure halfway, flags the maze benchmark used to ignore
+
+def test_finished_benchmarks_survive_a_later_failure(data, tmp_path, monkeypatch):
+    """Results used to be written once, at the very end: a crash in the last benchmark lost all."""
+    plant(monkeypatch, ["math500"])
+
+    def crash(completion):
+        raise RuntimeError("the GPQA scorer broke")
+    monkeypatch.setattr(evaluate.ood, "gpqa_letter", crash)
+    out = tmp_path / "a.json"
+    (tmp_path / ".a.json.tmp.k2x9").write_text("{")                    # what a killed run left
+    with pytest.raises(RuntimeError, match="GPQA"):
+        evaluate.main(evaluate.Config(model="tiny", benchmarks=("math500", "gpqa"), n=4, max_problems=2,
+                                      max_new_tokens=8, workers=1, out=str(out)))
+    res = json.loads(out.read_text())
+    assert res["benchmarks"]["math500"]["c"] == [1, 1] and res["pending"] == ["gpqa"]
+    assert res["averages"]["math"]["benchmarks"] == ["math500"] and "| a | 25.0/100.0 |" in out.with_suffix(".md").read_text()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.json", "a.md"]
+
+
+@pytest.mark.parametrize("content,message", [(b"", "math500.jsonl: no problems"),
+                                             (b'{"problem": "1+1", "answer": "2"}\n{"problem": "\xff"}\n',
+                                              "math500.jsonl:2: not UTF-8"),
+                                             (None, "No such file")])
+def test_bad_benchmark_file_is_refused_before_any_model_loads(content, message, tmp_path, monkeypatch, capsys):
+    """An empty file used to be sampled (nothing) and then divide by zero; a non-UTF-8 byte gave a
+    byte offset with no file or line."""
+    (tmp_path / "eval").mkdir()
+    if content is not None:
+        (tmp_path / "eval" / "math500.jsonl").write_bytes(content)
+    monkeypatch.setenv("FGRPO_DATA", str(tmp_path))
+
+    def no_model(*a, **kw):
+        raise AssertionError("a model was loaded before the data was checked")
+    monkeypatch.setattr(evaluate, "load_model", no_model)
+    with pytest.raises(SystemExit) as e:
+        evaluate.main(evaluate.Config(model="tiny", benchmarks=("math500",), n=2, out=str(tmp_path / "r.json")))
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and len(err.strip().splitlines()) == 1 and "--benchmarks math500" in err, err
+    assert message in err and not (tmp_path / "r.json").exists()
+
+
+class RecordingEngine:
+    """Answers every maze with DONE <eos> and remembers how it was asked to sample."""
+
+    def __init__(self):
+        self.kw = None
+
+    def generate(self, prompts, n, seeds, **kw):
+        self.kw = kw
+        return rollout.Rollouts([i for i in range(len(prompts)) for _ in range(n)], [[7, 2]] * (len(prompts) * n),
+                                [[0.0, 0.0]] * (len(prompts) * n), ["stop"] * (len(prompts) * n))
+
+
+def test_maze_benchmark_honours_the_sampling_flags(tmp_path):
+    """--top_p, --top_k and --max_new_tokens were recorded in the result but not passed to the engine."""
+    import maze
+    model_dir = tmp_path / "maze_model"
+    maze.save_checkpoint(maze.build_model(), maze.build_tokenizer(), model_dir, {"config": {"size": 7}})
+    cfg = evaluate.Config(model=str(model_dir), benchmarks=("maze",), n=2, max_problems=3, temperature=0.7,
+                          top_p=0.9, top_k=5, max_new_tokens=11, out=str(tmp_path / "r.json"))
+    engine = RecordingEngine()
+    res = evaluate.evaluate_maze(cfg, engine, maze.build_tokenizer())
+    assert res["c"] == [0, 0, 0] and engine.kw["max_new_tokens"] == 11
+    assert (engine.kw["temperature"], engine.kw["top_p"], engine.kw["top_k"]) == (0.7, 0.9, 5)

@@ -3,7 +3,11 @@
     python -m pytest -q tests/test_maze.py          # CPU, well under a minute
 """
 import json
+import os
 import random
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -289,10 +293,10 @@ def test_sft_batch_masks_the_prompt(tok):
         assert ids[b, P:P + len(target)].tolist() == target and (ids[b, P + len(target):] == 0).all()
 
 
-def test_sft_loss_falls(tok):
+def test_sft_loss_falls(tok, tmp_path):
     torch.manual_seed(0)
     model = build_model()
-    losses = maze.sft(model, tok, Config(size=7, steps=20, batch_size=8, seed=0))
+    losses = maze.sft(model, tok, Config(size=7, steps=20, batch_size=8, seed=0, out_dir=str(tmp_path / "unused")))
     assert len(losses) == 20 and losses[0] > 2.5                   # starts near ln 32 = 3.47
     assert sum(losses[-5:]) / 5 < 0.6 * sum(losses[:3]) / 3
 
@@ -318,6 +322,22 @@ def test_checkpoint_reloads_identically(tok, tmp_path):
     assert maze_reward(PAPER_GRID, tok2.convert_ids_to_tokens(comp), strict=True) == 1.0
     with torch.no_grad():
         assert torch.equal(model(ids).logits, model2(ids).logits)
+    maze.save_checkpoint(model, tok, out, {"note": "again"})             # our own checkpoint: replaced
+    assert json.loads((out / "sft.json").read_text()) == {"note": "again"}
+
+
+def test_main_never_deletes_a_folder_it_did_not_write(tmp_path):
+    """`python maze.py --out_dir DIR` used to empty an existing DIR and exit 0. (A file given as
+    --out_dir, which became a folder, is in tests/test_flags.py.)"""
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    (theirs / "thesis.tex").write_text("years of work")
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TRANSFORMERS_VERBOSITY": "error", "HF_HUB_OFFLINE": "1"}
+    r = subprocess.run([sys.executable, "maze.py", "--size", "7", "--steps", "1", "--batch_size", "2",
+                        "--eval_mazes", "0", "--threads", "1", "--out_dir", str(theirs)],
+                       cwd=Path(maze.__file__).parent, env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "--out_dir" in r.stderr, r.stderr
+    assert [p.name for p in theirs.iterdir()] == ["thesis.tex"]
 
 
 OPPOSITE = {"UP": "DOWN", "DOWN": "UP", "LEFT": "RIGHT", "RIGHT": "LEFT"}
@@ -363,6 +383,12 @@ def test_evaluate_mazes_counts(tok):
     assert eng3.calls[0][2] == seeds[2::-1]
     evaluate_mazes(eng3, tok, grids[2::-1], n=4, seed=8)
     assert not set(eng3.calls[1][2]) & set(seeds)
+
+
+def test_evaluate_mazes_with_no_mazes(tok):
+    """train.py splits the held-out mazes over ranks: with fewer mazes than ranks a rank has none."""
+    res = evaluate_mazes(ScriptedEngine([], tok), tok, [], n=4, seed=0)
+    assert res == {"walk": [], "strict": [], "first": [], "trunc_frac": 0.0}
 
 
 def test_main_end_to_end(tmp_path):

@@ -1,6 +1,7 @@
 """train.py: distributed invariance, resume, the math and maze tasks. `python -m pytest -q tests/test_train.py`"""
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -43,6 +44,7 @@ def test_world_size_and_micro_batches_do_not_change_the_gradient(tmp_path, loss)
 
 
 def test_bad_flags_are_refused_in_one_line():
+    """As the command line sees them; every flag of every script, in-process: tests/test_flags.py."""
     for flags, name in [(["--gamma", "-1"], "--gamma"), (["--loss", "ppo"], "--loss"),
                         (["--prompts_per_step", "100", "--mini_batch_prompts", "64"], "--prompts_per_step"),
                         (["--group_size", "1"], "--group_size")]:
@@ -59,6 +61,15 @@ def train_cmd(*flags):
 
 def read_metrics(out_dir):
     return [json.loads(line) for line in (Path(out_dir) / "metrics.jsonl").read_text().splitlines()]
+
+
+def assert_same_metrics(got, ref):
+    """Every logged metric but the timings, step by step, as in the never-stopped run."""
+    assert len(got) == len(ref)
+    for a, b in zip(ref, got):
+        for k, v in a.items():
+            if not k.startswith(("time/", "tok_per_s")):
+                assert b[k] == pytest.approx(v, rel=1e-9, abs=1e-12), (a["step"], k)
 
 
 @pytest.fixture(scope="module")
@@ -107,10 +118,7 @@ def test_killed_run_resumes_as_if_never_stopped(maze_sft, tmp_path):
     assert r.returncode == 0, r.stderr[-3000:]
     got = read_metrics(cut)
     assert [m["step"] for m in got] == [1, 2, 3, 4, 5]
-    for a, b in zip(ref, got):
-        for k, v in a.items():
-            if not k.startswith(("time/", "tok_per_s")):
-                assert b[k] == pytest.approx(v, rel=1e-9, abs=1e-12), (a["step"], k)
+    assert_same_metrics(got, ref)
     # the exported model loads as is, with its tokenizer and maze size
     from transformers import AutoModelForCausalLM
     AutoModelForCausalLM.from_pretrained(cut / "final")
@@ -162,3 +170,95 @@ def test_maze_rl_raises_heldout_pass_at_1(maze_sft, tmp_path):
     assert 0 < rewards[0] < 1                                    # mixed groups from the start
     before, after = maze_pass1(maze_sft, tmp_path), maze_pass1(out / "final", tmp_path)
     assert after > before + 0.05, (before, after)
+
+
+# -----------------------------------------------------------------------------
+# What goes wrong: kills at any moment, damaged checkpoints, resuming another experiment
+
+TINY = ["--task", "maze", "--prompts_per_step", "2", "--mini_batch_prompts", "1", "--group_size", "2",
+        "--warmup_steps", "0", "--save_every", "1", "--sample_every", "0", "--eval_mazes", "0"]
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    """4 steps of maze RL from a random 3.9M policy, a checkpoint every step, --eval_mazes 0. Rewards
+    are all 0, but weight decay moves the weights, so the logged entropy checks what a resume restored."""
+    import maze
+    root = tmp_path_factory.mktemp("tiny")
+    torch.manual_seed(0)
+    maze.save_checkpoint(maze.build_model(), maze.build_tokenizer(), root / "policy", {"config": {"size": 7}})
+    flags = train_cmd("--model", str(root / "policy"), *TINY)
+    r = subprocess.run(flags + ["--steps", "4", "--out_dir", str(root / "run")], cwd=ROOT, env=ENV,
+                       capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return flags, root / "run"
+
+
+def test_eval_mazes_zero_runs_to_the_export(tiny_run):
+    """--eval_mazes 0 used to crash at the last step (an evaluation of no mazes), before the export."""
+    _, run = tiny_run
+    assert [m["step"] for m in read_metrics(run)] == [1, 2, 3, 4]
+    assert not any("eval/pass@1" in m for m in read_metrics(run)) and (run / "final" / "model.safetensors").exists()
+
+
+def resume(flags, run, steps):
+    r = subprocess.run(flags + ["--steps", str(steps), "--out_dir", str(run), "--resume", "true"], cwd=ROOT,
+                       env=ENV, capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return r
+
+
+def test_resume_after_a_kill_between_the_rename_and_latest(tiny_run, tmp_path):
+    """The old save renamed step_000004 into place and then pointed ckpt/latest at it; a kill between
+    the two left latest at step 3, and every resume redid step 4 and died renaming onto the existing
+    step_000004 (OSError: Directory not empty). Resume now takes the newest whole step folder."""
+    flags, whole = tiny_run
+    run = tmp_path / "run"
+    shutil.copytree(whole, run)
+    (run / "ckpt" / "latest").write_text("step_000003\n")
+    r = resume(flags, run, 5)                                  # --steps may change on resume
+    assert "resumed from step 4" in r.stdout
+    got = read_metrics(run)
+    assert [m["step"] for m in got] == [1, 2, 3, 4, 5]
+    assert_same_metrics(got[:4], read_metrics(whole))
+
+
+def test_damaged_checkpoints_fall_back_to_the_last_whole_one(tiny_run, tmp_path):
+    """A truncated shard (step 4), DCP .metadata (step 3) and meta.json (step 2): resume warns, naming
+    each, continues from step 1 exactly as the first run went, and replaces the damaged folders.
+    What killed runs left under our temp names goes; a file of someone else's stays."""
+    flags, whole = tiny_run
+    run = tmp_path / "run"
+    shutil.copytree(whole, run)
+    ckpt = run / "ckpt"
+    for path, size in [(ckpt / "step_000004" / "__0_0.distcp", 1000), (ckpt / "step_000003" / ".metadata", 100),
+                       (ckpt / "step_000002" / "meta.json", 50)]:
+        with open(path, "r+b") as f:
+            f.truncate(size)
+    for leftover in (".step_000005.tmp", ".step_000002.old"):
+        (ckpt / leftover).mkdir()
+    (run / ".metrics.jsonl.tmp.x1y2z3").write_text("{")
+    (ckpt / "notes.txt").write_text("not ours")
+    r = resume(flags, run, 4)
+    warning = [line for line in r.stderr.splitlines() if line.startswith("warning:")]
+    assert len(warning) == 1 and all(f"step_00000{i}" in warning[0] for i in (2, 3, 4)), r.stderr
+    assert "resuming from step_000001" in warning[0] and "resumed from step 1" in r.stdout
+    assert_same_metrics(read_metrics(run), read_metrics(whole))
+    import train
+    assert [train.checkpoint_meta(p)["step"] for p in train.step_folders(ckpt)] == [4, 3, 2, 1]
+    assert sorted(p.name for p in ckpt.iterdir()) == ["notes.txt"] + [f"step_00000{i}" for i in (1, 2, 3, 4)]
+    assert not list(run.glob(".metrics*"))
+
+
+def test_resume_refuses_another_experiment(tiny_run, tmp_path):
+    """--resume with another --gamma or --lr used to continue silently, one run with two settings.
+    How it runs (--steps, --eval_every, ...) may change."""
+    flags, whole = tiny_run
+    r = subprocess.run(flags + ["--steps", "6", "--eval_every", "2", "--gamma", "0.5", "--lr", "0.001",
+                                "--out_dir", str(whole), "--resume", "true"],
+                       cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=300)
+    err = r.stderr.strip()
+    assert r.returncode == 2 and len(err.splitlines()) == 1, err
+    assert "--gamma 0.5 (was 0.0)" in err and "--lr 0.001 (was 1e-06)" in err
+    assert "--steps 6" not in err and "--eval_every 2" not in err
+    assert [m["step"] for m in read_metrics(whole)] == [1, 2, 3, 4]       # nothing was touched

@@ -37,8 +37,10 @@ def fixture():
 
 
 def main(out, micro_batch_size, loss, share_prompts):
-    cfg = train.Config(task="maze", model="tiny", device="cpu", micro_batch_size=micro_batch_size,
-                       loss=loss, prompts_per_step=4, mini_batch_prompts=4, share_prompts=share_prompts)
+    # update_minibatch reads only the loss and batch settings: the tokenizer named here is never loaded
+    cfg = train.Config(model="tiny", tokenizer="Qwen/Qwen2.5-7B", device="cpu", micro_batch_size=micro_batch_size,
+                       loss=loss, prompts_per_step=4, mini_batch_prompts=4, share_prompts=share_prompts,
+                       out_dir=str(Path(out).parent / "unused"))
     rank, world, device = train.init_dist("cpu")
     torch.manual_seed(0)
     model = train.Qwen2ForCausalLM(train.Qwen2Config(

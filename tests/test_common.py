@@ -1,0 +1,127 @@
+"""common.py: output folders we may write, atomic folder writes, one-line flag errors, input checks.
+
+    python -m pytest -q tests/test_common.py          # CPU, seconds
+"""
+import json
+import re
+from dataclasses import dataclass
+
+import pytest
+
+import common
+from common import (MARKER, atomic_dir, check_out_dir, check_pretrained, check_utf8, mark_out_dir,
+                    parse_config)
+
+
+def write_two_files(d):
+    (d / "a.txt").write_text("new a")
+    (d / "b.txt").write_text("new b")
+
+
+def test_check_out_dir_accepts_only_what_is_ours(tmp_path):
+    check_out_dir(tmp_path / "absent")                                  # created later
+    check_out_dir(tmp_path)                                             # empty
+    mine = tmp_path / "mine"
+    mark_out_dir(mine, ["a.txt"])
+    (mine / "a.txt").write_text("x")
+    (mine / ".a.txt.tmp.k3j2").write_text("left by a kill")           # our temp name: ours too
+    check_out_dir(mine)
+    known = tmp_path / "known"                                          # a script's fixed outputs
+    (known / "ckpt").mkdir(parents=True)
+    check_out_dir(known, known=("ckpt", "run.json"))
+
+
+@pytest.mark.parametrize("case", ["foreign file", "foreign beside ours", "is a file", "file in the way"])
+def test_check_out_dir_refuses_in_one_message_naming_the_flag(tmp_path, case):
+    path = tmp_path / "out"
+    if case == "foreign file":
+        path.mkdir()
+        (path / "thesis.tex").write_text("years of work")
+    elif case == "foreign beside ours":
+        mark_out_dir(path, ["a.txt"])
+        (path / "notes.txt").write_text("mine, not the program's")
+    elif case == "is a file":
+        path.write_text("a file")
+    else:
+        (tmp_path / "f").write_text("a file")
+        path = tmp_path / "f" / "out"
+    with pytest.raises(ValueError, match="^--out_dir ") as e:
+        check_out_dir(path)
+    assert "\n" not in str(e.value)
+
+
+def test_atomic_dir_never_replaces_a_folder_that_is_not_ours(tmp_path):
+    """The old atomic_dir moved any existing folder aside and deleted it."""
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "thesis.tex").write_text("years of work")
+    with pytest.raises(ValueError, match="did not write"):
+        atomic_dir(out, write_two_files)
+    assert (out / "thesis.tex").read_text() == "years of work" and sorted(p.name for p in out.iterdir()) == ["thesis.tex"]
+    assert [p.name for p in tmp_path.iterdir()] == ["out"]              # no temp folder left behind
+    file_out = tmp_path / "file"
+    file_out.write_text("a file")
+    with pytest.raises(ValueError, match="is a file"):
+        atomic_dir(file_out, write_two_files)
+    assert file_out.read_text() == "a file"
+
+
+def test_atomic_dir_replaces_its_own_output_and_clears_leftovers(tmp_path):
+    out = tmp_path / "out"
+    atomic_dir(out, lambda d: (d / "a.txt").write_text("old"))
+    assert json.loads((out / MARKER).read_text())["entries"] == ["a.txt"]
+    (tmp_path / ".out.tmp.abc123").mkdir()                              # a write killed halfway
+    (tmp_path / ".out.old").mkdir()                                     # a replacement killed halfway
+    (tmp_path / ".out.notes").write_text("not one of our temp names")
+    atomic_dir(out, write_two_files)
+    assert sorted(p.name for p in out.iterdir()) == [MARKER, "a.txt", "b.txt"]
+    assert (out / "a.txt").read_text() == "new a"
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".out.notes", "out"]
+    (out / "mine.txt").write_text("added by hand")                      # now the folder is not all ours
+    with pytest.raises(ValueError, match="mine.txt"):
+        atomic_dir(out, write_two_files)
+    assert (out / "mine.txt").exists()
+
+
+def test_check_utf8_names_file_and_line(tmp_path):
+    f = tmp_path / "rows.jsonl"
+    f.write_bytes(b'{"problem": "1+1", "answer": "2"}\n{"problem": "caf\xe9", "answer": "x"}\n')
+    with pytest.raises(ValueError, match=re.escape(f"{f}:2: not UTF-8 (byte 0xe9 at column 17)")):
+        check_utf8(f)
+    f.write_text('{"problem": "café"}\n')
+    check_utf8(f)
+
+
+def test_check_pretrained(tmp_path):
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "model.safetensors").write_bytes(b"")
+    with pytest.raises(ValueError, match="no config.json"):
+        check_pretrained(str(model), "--model")
+    (model / "config.json").write_text("{}")
+    with pytest.raises(ValueError, match="^--model .*no tokenizer"):    # used to load a 1-token tokenizer
+        check_pretrained(str(model), "--model")
+    check_pretrained(str(model), "--model", tokenizer=False)
+    (model / "tokenizer.json").write_text("{}")
+    check_pretrained(str(model), "--model")
+    with pytest.raises(ValueError, match="no such folder"):
+        check_pretrained(str(tmp_path / "missing"), "--model")
+    check_pretrained("Qwen/Qwen2.5-7B", "--model")                      # a hub id: from_pretrained's business
+
+
+@dataclass
+class Small:
+    steps: int = 1
+
+    def __post_init__(self):
+        common.check_min(self, 1, "steps")
+
+
+@pytest.mark.parametrize("argv", [["--steps", "0"], ["--steps", "abc"], ["--stpes", "2"]])
+def test_parse_config_errors_are_one_line_and_exit_2(argv, capsys):
+    """A bad value, a value of the wrong type and an unknown flag: argparse used to print its usage
+    first, two lines."""
+    with pytest.raises(SystemExit) as e:
+        parse_config(Small, argv)
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and len(err.strip().splitlines()) == 1 and argv[0] in err, err

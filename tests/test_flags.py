@@ -1,0 +1,185 @@
+"""Every numeric flag of every script, given a bad value, is refused before any work: exit status 2
+and one line that names the flag. Built by walking the Config dataclasses, so a flag added later is
+tested too (give it an entry in LEGAL_NEGATIVE or BAD if -1, NaN and inf are not all bad for it).
+Then the flags that name files: models without tokenizers, data that is not UTF-8, output folders.
+
+    python -m pytest -q tests/test_flags.py           # CPU, seconds
+"""
+import dataclasses
+import importlib.util
+import math
+import re
+import types
+import typing
+from pathlib import Path
+
+import pytest
+
+import evaluate
+import maze
+import simulate
+import train
+from common import mark_out_dir, parse_config
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def load_bench(name):
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", ROOT / "bench" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)                    # importing does nothing but define things
+    return module
+
+
+SCRIPTS = {"train": train, "evaluate": evaluate, "maze": maze, "simulate": simulate,
+           **{f"bench/{n}": load_bench(n) for n in ("compare_runs", "reward_scoring", "rollout_speed",
+                                                     "simulate_step")}}
+# Fields where -1 is a legal value, with the bad value to try instead.
+BAD = {("maze", "show_seed"): -2,                      # -1 = off
+       ("simulate", "r_wrong"): 5.0,                   # rewards may be negative, but R_c > R_w
+       ("simulate", "anchor_logit"): None, ("simulate", "correct_logit"): None}     # any finite logit
+# Values that look harmless but are not: each refused, and named.
+EXTRA = [("train", "grad_clip", 0), ("train", "dual_clip", 1), ("train", "temperature", 0),
+         ("train", "top_p", 0), ("train", "top_p", 1.5), ("train", "maze_size", 8), ("train", "lr", 0),
+         ("train", "group_size", 1), ("train", "adam_beta2", 1), ("train", "eps_low", 1.5),
+         ("evaluate", "temperature", 0), ("evaluate", "top_p", 0), ("evaluate", "prompts_per_call", 0),
+         ("evaluate", "rare_frac", 0), ("evaluate", "n", 0), ("maze", "size", 8), ("maze", "lr", 0)]
+
+
+def numeric_type(typ):
+    """int or float for a numeric field (also `float | None` and `tuple[int, ...]`), else None."""
+    if typing.get_origin(typ) in (typing.Union, types.UnionType, tuple):
+        typ = next(a for a in typing.get_args(typ) if a is not type(None))
+    return typ if typ in (int, float) else None
+
+
+def cases():
+    for script, module in SCRIPTS.items():
+        hints = typing.get_type_hints(module.Config)
+        for f in dataclasses.fields(module.Config):
+            typ = numeric_type(hints[f.name])
+            if typ is None:
+                continue
+            first = BAD.get((script, f.name), -1)
+            values = ([first] if first is not None else []) + ([math.nan, math.inf] if typ is float else [])
+            for v in values:
+                yield script, f.name, v
+    yield from EXTRA
+
+
+def safe_argv(script, tmp_path):
+    """Flags that keep a script's file checks off the machine's own out/ and runs/ folders."""
+    return {"train": ["--out_dir", str(tmp_path / "run")], "maze": ["--out_dir", str(tmp_path / "sft")],
+            "evaluate": ["--out", str(tmp_path / "r.json")], "simulate": ["--out_dir", str(tmp_path / "sim")]
+            }.get(script, [])
+
+
+def refusal(module, argv, capsys):
+    """parse_config as the script's __main__ calls it -> (exit status, stderr)."""
+    with pytest.raises(SystemExit) as e:
+        parse_config(module.Config, argv)
+    return e.value.code, capsys.readouterr().err
+
+
+# simulate.py is being changed elsewhere; what its Config still accepts is recorded here, not fixed.
+SIMULATE_GAPS = {("gammas", math.inf): "simulate.py accepts an infinite focal exponent"}
+
+
+def xfail_simulate(script, name, value):
+    reason = SIMULATE_GAPS.get((name, value)) if script == "simulate" else None
+    return [pytest.mark.xfail(reason=reason, strict=False)] if reason else []
+
+
+@pytest.mark.parametrize("script,name,value", [pytest.param(*c, id=f"{c[0]}--{c[1]}={c[2]}",
+                                                            marks=xfail_simulate(*c)) for c in cases()])
+def test_bad_numeric_flag_is_refused_in_one_line(script, name, value, tmp_path, capsys):
+    module = SCRIPTS[script]
+    code, err = refusal(module, safe_argv(script, tmp_path) + [f"--{name}", str(value)], capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert re.search(rf"--{name}\b", err), err
+
+
+def test_the_table_walks_every_script():
+    names = {(s, n) for s, n, _ in cases()}
+    assert {("train", "warmup_steps"), ("evaluate", "max_problems"), ("maze", "show_seed"),
+            ("simulate", "group_sizes"), ("bench/rollout_speed", "prompts")} <= names
+    assert len(names) > 80
+
+
+# -----------------------------------------------------------------------------
+# Flags that name files and folders
+
+def foreign_dir(tmp_path):
+    d = tmp_path / "theirs"
+    d.mkdir()
+    (d / "thesis.tex").write_text("not ours")
+    return d
+
+
+def model_without_tokenizer(tmp_path):
+    d = tmp_path / "model"
+    d.mkdir()
+    (d / "config.json").write_text("{}")
+    return d
+
+
+def not_utf8(tmp_path):
+    f = tmp_path / "train.jsonl"
+    f.write_bytes(b'{"problem": "1+1", "answer": "2"}\n{"problem": "1+2", "answer": "3"}\n{"problem": "\xff"}\n')
+    return f
+
+
+def foreign_json(tmp_path):
+    f = tmp_path / "package.json"
+    f.write_text('{"name": "someone else\'s"}')
+    return f
+
+
+FILE_CASES = {
+    "train --model tiny without --tokenizer": (train, lambda t: ["--model", "tiny"], "--tokenizer"),
+    "train --model: a folder without a tokenizer": (train, lambda t: ["--model", str(model_without_tokenizer(t))],
+                                                    "--model .*no tokenizer"),
+    "train --tokenizer: a missing folder": (train, lambda t: ["--model", "tiny", "--tokenizer", str(t / "nope")],
+                                            "--tokenizer .*no such folder"),
+    "train --task maze: a model with no maze size": (train, lambda t: ["--task", "maze", "--model",
+                                                                       str(model_without_tokenizer(t)), "--tokenizer",
+                                                                       "Qwen/Qwen2.5-7B"], "--maze_size"),
+    "train --data: not UTF-8": (train, lambda t: ["--data", str(not_utf8(t)), "--model", "tiny", "--tokenizer",
+                                                  "Qwen/Qwen2.5-7B"], r"train\.jsonl:3: not UTF-8"),
+    "train --data: missing": (train, lambda t: ["--data", str(t / "nope.jsonl")], "--data .*no such file"),
+    "train --out_dir: holds files not ours": (train, lambda t: ["--out_dir", str(foreign_dir(t))],
+                                              "--out_dir .*thesis.tex"),
+    "maze --out_dir: holds files not ours": (maze, lambda t: ["--out_dir", str(foreign_dir(t))],
+                                             "--out_dir .*thesis.tex"),
+    "maze --out_dir: a file": (maze, lambda t: ["--out_dir", str(not_utf8(t))], "--out_dir .*is a file"),
+    "evaluate --model: a folder without a tokenizer": (evaluate, lambda t: ["--model", str(model_without_tokenizer(t)),
+                                                                            "--out", str(t / "r.json")],
+                                                       "--model .*no tokenizer"),
+    "evaluate --out: a folder": (evaluate, lambda t: ["--out", str(foreign_dir(t))], "--out .*expected a .json"),
+    "evaluate --out: a file not ours": (evaluate, lambda t: ["--out", str(foreign_json(t))], "--out .*did not write"),
+    "evaluate --out: inside a file": (evaluate, lambda t: ["--out", str(not_utf8(t) / "r.json")], "--out .*is a file"),
+    "evaluate --out: its table would overwrite a README": (evaluate, lambda t: ["--out", str(t / "README.md")],
+                                                           "--out .*expected a .json"),
+}
+
+
+@pytest.mark.parametrize("case", list(FILE_CASES))
+def test_bad_path_flag_is_refused_in_one_line(case, tmp_path, capsys):
+    module, argv, pattern = FILE_CASES[case]
+    code, err = refusal(module, argv(tmp_path), capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1 and re.search(pattern, err), err
+
+
+def test_outputs_of_ours_are_accepted(tmp_path):
+    """The same checks let a script write where it wrote before."""
+    ours = tmp_path / "ours"
+    mark_out_dir(ours, ["config.json"])
+    (ours / "config.json").write_text("{}")
+    maze.Config(out_dir=str(ours))
+    run = tmp_path / "run"
+    (run / "ckpt").mkdir(parents=True)
+    (run / "metrics.jsonl").write_text("")
+    train.Config(out_dir=str(run))
+    result = tmp_path / "r.json"
+    result.write_text('{"config": {}}')
+    evaluate.Config(out=str(result))
