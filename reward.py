@@ -355,16 +355,19 @@ DEEPSCALER_HUB = "agentica-org/DeepScaleR-Preview-Dataset"
 
 
 def load_jsonl(path, required=("problem", "answer")):
-    """Rows of a jsonl file. Bad JSON or a missing/empty required field raises ValueError('file:line: ...').
+    """Rows of a jsonl file. A line that is not UTF-8 or not JSON, or a missing/empty required field,
+    raises ValueError('file:line: ...').
 
     'problem' and 'answer' must be non-empty strings (an int answer becomes its string).
     """
     rows = []
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
+    with open(path, "rb") as f:                         # decoded per line, so an error can name its line
+        for lineno, raw in enumerate(f, 1):
             where = f"{path}:{lineno}"
             try:
-                row = json.loads(line)
+                row = json.loads(raw.decode("utf-8"))
+            except UnicodeDecodeError as e:
+                raise ValueError(f"{where}: not UTF-8 (byte {raw[e.start]:#04x} at column {e.start + 1})") from None
             except json.JSONDecodeError as e:
                 raise ValueError(f"{where}: bad JSON ({e.msg})") from None
             if not isinstance(row, dict):

@@ -5,7 +5,7 @@ One step of the categorical simulation at N = 131,072 (PAPER §5's largest group
   fast   simulate.py's path: counts c ~ Multinomial(N, p) drawn directly (sample_counts), the
          surrogate's gradient in closed form (surrogate_grad), fused AdamW.
   naive  PAPER §5's sketch: torch.multinomial of N indices, the surrogate built over the distinct
-         sampled actions, autograd backward, PyTorch's default AdamW (naive_step).
+         sampled actions, autograd backward, PyTorch's reference (non-fused) AdamW (naive_step).
 
     .venv/bin/python bench/simulate_step.py                          # prints both and the ratio
     .venv/bin/python bench/simulate_step.py --group_size 1024 --surrogate counts
@@ -41,7 +41,7 @@ class Config:
         check(self.group_size >= 1, "--group_size must be >= 1")
         check(1 <= self.num_correct < self.num_actions, "--num_correct must be >= 1 and < --num_actions")
         check(self.surrogate in ("distinct", "counts"), "--surrogate must be 'distinct' or 'counts'")
-        check(self.gamma >= 0, "--gamma must be >= 0")
+        check(0 <= self.gamma < float("inf"), "--gamma must be >= 0 and finite")
         check(self.repeats >= 1, "--repeats must be >= 1")
         check(self.threads >= 1, "--threads must be >= 1")
 
@@ -87,7 +87,7 @@ def main(cfg):
 
     # naive path
     z_naive = S.initial_logits(sim).requires_grad_()                            # (K,)
-    opt_naive = torch.optim.AdamW([z_naive], lr=sim.lr, weight_decay=sim.weight_decay)
+    opt_naive = S.make_optimizer(z_naive, sim, fused=False)                     # PyTorch's reference loop
     gen = torch.Generator().manual_seed(0)
 
     def naive_step():

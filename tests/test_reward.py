@@ -369,3 +369,10 @@ def test_ifeval_prompt_level_is_all_instructions():
     row = {"instruction_id_list": ["punctuation:no_comma", "keywords:existence"], "kwargs": [{}, {"keywords": ["cat"]}]}
     assert ood.ifeval_correct("a cat", row) and not ood.ifeval_correct("a dog", row)
     assert not ood.ifeval_correct("   ", {"instruction_id_list": ["punctuation:no_comma"], "kwargs": [{}]})
+
+
+def test_load_jsonl_names_the_line_of_a_non_utf8_byte(tmp_path):
+    path = tmp_path / "bad.jsonl"
+    path.write_bytes(b'{"problem": "1+1", "answer": "2"}\n{"problem": "caf\xe9", "answer": "3"}\n')
+    with pytest.raises(ValueError, match=r"bad.jsonl:2: not UTF-8 \(byte 0xe9"):
+        reward.load_jsonl(path)

@@ -102,13 +102,14 @@ def test_sample_counts_is_multinomial(n):
 
 
 def fast_and_naive(cfg, N, gamma, steps, seed=0):
-    """Run both paths on the same samples (drawn by the naive one); yield both states after each step."""
+    """Run both paths on the same samples (drawn by the naive one); yield both states after each step.
+    The naive path uses PyTorch's reference (non-fused) optimizer, the fast one the fused kernel."""
     z0, R = S.initial_logits(cfg), S.reward_vector(cfg)
     z_fast = z0.clone()[None].requires_grad_()                              # (1, K)
     z_fast.grad = torch.zeros_like(z_fast)
     opt_fast = S.make_optimizer(z_fast, cfg)
     z_naive = z0.clone().requires_grad_()                                   # (K,)
-    opt_naive = torch.optim.AdamW([z_naive], lr=cfg.lr, weight_decay=cfg.weight_decay)
+    opt_naive = S.make_optimizer(z_naive, cfg, fused=False)
     gen = torch.Generator().manual_seed(seed)
     for _ in range(steps):
         a = torch.multinomial(torch.softmax(z_naive.detach(), 0), N, replacement=True, generator=gen)
@@ -127,13 +128,50 @@ def fast_and_naive(cfg, N, gamma, steps, seed=0):
 def test_fast_step_equals_naive_autograd(surrogate, gamma, N):
     """Same samples -> same gradient (before AdamW, which would hide a scale error) and same logits
     after 6 steps, within 1e-6."""
-    cfg = small_cfg(surrogate=surrogate)
+    check_fast_equals_naive(small_cfg(surrogate=surrogate), N, gamma)
+
+
+# Every optimizer, at eps where it normalises nothing (1e-2 >> |grad|), the default, and far below
+# every gradient; weight decay on and off; rewards other than +-1. The sgd lr is large because its
+# steps are lr * grad, ~lr * 1e-3 here.
+@pytest.mark.parametrize("opt", [dict(optimizer="adamw", adam_eps=1e-2), dict(optimizer="adamw", adam_eps=1e-8),
+                                 dict(optimizer="adamw", adam_eps=1e-30, weight_decay=0.0),
+                                 dict(optimizer="signsgd", adam_eps=1e-30), dict(optimizer="signsgd", adam_eps=1e-8),
+                                 dict(optimizer="sgd", lr=20.0, weight_decay=0.01), dict(optimizer="sgd", lr=20.0, weight_decay=0.0)])
+@pytest.mark.parametrize("rewards", [(1.0, -1.0), (1.0, 0.0)])
+def test_fast_step_equals_naive_for_every_optimizer(opt, rewards):
+    cfg = small_cfg(r_correct=rewards[0], r_wrong=rewards[1], **opt)
+    for N, gamma in ((5, 1.0), (64, 0.0)):
+        check_fast_equals_naive(cfg, N, gamma)
+
+
+def check_fast_equals_naive(cfg, N, gamma):
     mixed = 0
     for a, (g_fast, g_naive), zf, zn in fast_and_naive(cfg, N, gamma, steps=6):
         mixed += bool(0 < (a < cfg.num_correct).sum() < N)
         np.testing.assert_allclose(g_fast, g_naive, rtol=1e-5, atol=1e-9 * g_naive.abs().max().item())
         np.testing.assert_allclose(zf, zn, atol=1e-6, rtol=0)
     assert N == 1 or mixed > 0, "no mixed group: every gradient was zero and the test proved nothing"
+    assert N == 1 or (zf - S.initial_logits(cfg)).abs().max() > 1e-3, "the logits did not move"
+
+
+def test_optimizers_are_what_their_names_say():
+    """One step by hand: signsgd is lr * sign(grad) plus decoupled decay; sgd is lr * grad plus decay;
+    adamw's first step with eps >> |grad| is ~lr * grad / eps (the un-normalised regime)."""
+    g = torch.tensor([[3e-4, -2e-9, 0.0, 5e-12]])
+    z0 = torch.tensor([[1.0, -1.0, 2.0, 0.5]])
+    lr, wd = 0.1, 0.01
+
+    def step(**kw):
+        z = z0.clone().requires_grad_()
+        z.grad = g.clone()
+        S.make_optimizer(z, small_cfg(lr=lr, weight_decay=wd, **kw)).step()
+        return z.detach()
+
+    torch.testing.assert_close(step(optimizer="signsgd", adam_eps=1e-30), z0 * (1 - lr * wd) - lr * g.sign())
+    torch.testing.assert_close(step(optimizer="sgd"), z0 * (1 - lr * wd) - lr * g)
+    torch.testing.assert_close(step(optimizer="adamw", adam_eps=1e-8),
+                               z0 * (1 - lr * wd) - lr * g / (g.abs() + 1e-8), rtol=1e-5, atol=1e-7)
 
 
 def test_distinct_and_counts_readings_differ():
@@ -159,7 +197,7 @@ def test_fast_simulator_matches_naive_in_distribution():
     naive = []
     for s in seeds:
         z = S.initial_logits(cfg).requires_grad_()
-        opt = torch.optim.AdamW([z], lr=cfg.lr, weight_decay=cfg.weight_decay)
+        opt = S.make_optimizer(z, cfg, fused=False)
         gen = torch.Generator().manual_seed(1000 + s)
         for _ in range(cfg.steps):
             S.naive_step(z, opt, 16, 0.0, R, cfg.surrogate, generator=gen)
@@ -169,6 +207,97 @@ def test_fast_simulator_matches_naive_in_distribution():
     assert np.all(se > 0)
     assert np.all(np.abs(fast.mean(1) - naive.mean(1)) < 4 * se), (fast.mean(1), naive.mean(1), se)
     assert abs(fast[0].mean() - log["Q_pos"][0][0]) > 4 * se[0], "Q_pos did not move: nothing was tested"
+
+
+# -----------------------------------------------------------------------------
+# The claims of PAPER §5 and the one-step mechanism
+
+Q0 = 0.630
+PAPER_PICTURE = {   # (N, gamma) -> (final Q_pos, final M_ret): every claim holds, as the paper describes
+    (2, 0.0): (0.80, 0.60), (2, 1.0): (0.78, 0.65), (16, 0.0): (0.90, 0.45), (16, 1.0): (0.88, 0.50),
+    (256, 0.0): (0.97, 0.20), (256, 1.0): (0.95, 0.30), (8192, 0.0): (0.98, 0.18), (8192, 1.0): (0.96, 0.28),
+    (131072, 0.0): (0.95, 0.99), (131072, 1.0): (0.94, 0.99)}
+
+
+def planted(picture=PAPER_PICTURE, coverage=None, M_ret_min=None):
+    runs = []
+    for (n, gm), (q, m) in picture.items():
+        for seed in (0, 1):
+            runs.append(dict(N=n, gamma=gm, seed=seed, Q_pos_final=q, M_ret_final=m,
+                             M_ret_min=(M_ret_min or {}).get(n, m), coverage=(coverage or {}).get(n, 0.3 if n < 131072 else 0.999)))
+    return runs
+
+
+def held(runs):
+    return {k: ok for k, (ok, _) in S.judge_claims(runs, Q0).items()}
+
+
+def test_judge_claims_on_the_papers_picture_and_on_each_violation():
+    """Every claim holds on a planted paper-like result, and each planted violation flips exactly its claims."""
+    assert all(held(planted()).values())
+    cases = [  # (planted result, claims that must fail)
+        (planted({**PAPER_PICTURE, (2, 0.0): (0.60, 0.60)}), {"C1"}),               # small N shrinks
+        (planted({**PAPER_PICTURE, (131072, 0.0): (0.62, 0.99)}), {"C1", "C5"}),     # III does not move
+        (planted({**PAPER_PICTURE, (256, 0.0): (0.97, 0.05), (256, 1.0): (0.95, 0.10)}), {"C2"}),   # collapses too far
+        (planted({**PAPER_PICTURE, (16, 0.0): (0.90, 0.22)}), {"C2"}),                # small N keeps no more
+        (planted({**PAPER_PICTURE, (8192, 1.0): (0.96, 0.19)}), {"C3"}),              # gamma = 1 barely helps
+        (planted(M_ret_min={131072: 0.7}), {"C4", "C5"}),                             # dips during training
+        (planted({**PAPER_PICTURE, (2, 0.0): (0.80, 0.95)}), {"C4"}),                 # not the only one
+        (planted(coverage={131072: 0.9}), {"C5"}),                                    # kept, but not by coverage
+    ]
+    for runs, failing in cases:
+        got = held(runs)
+        assert {k for k, ok in got.items() if not ok} == failing, (failing, got)
+
+
+def test_claims_table_and_preference():
+    claims = S.judge_claims(planted(), Q0)
+    assert json.loads(json.dumps(claims)) == {k: list(v) for k, v in claims.items()}    # results.json takes it
+    text = S.claims_table([("planted", claims)])
+    assert "| planted | 5/5 |" in text and text.count("✓") == 5
+    a = dict(optimizer="adamw", lr=1e-2, adam_eps=1e-8, weight_decay=0.01)
+    ranked = sorted([dict(a, adam_eps=1e-14), dict(a, optimizer="signsgd"), a, dict(a, lr=1e-3)],
+                    key=lambda st: S.preference(st, 4))
+    assert ranked[0] == a and ranked[1]["adam_eps"] == 1e-14
+    assert S.preference(dict(a, adam_eps=1e-30), 5) < S.preference(a, 4)    # more claims beats the defaults
+
+
+def test_claims_on_a_small_policy_coverage_keeps_the_mass():
+    """The claims' mechanism at 1/128 of the paper's size (1,000 actions, 100 correct), default optimizer:
+    a group that samples every correct action every step (N = 8,192) moves Q_pos up and keeps the
+    mass (C4, C5 at this size), while a group that misses most correct actions (N = 16) moves Q_pos as
+    much and loses most of the mass (the collapse of C2). Q_pos grows at both (C1)."""
+    cfg = small_cfg(num_actions=1000, num_correct=100, anchor_logit=5.0, correct_logit=3.0, lr=1e-2,
+                    steps=1000, log_every=50)
+    rows, log, _ = S.run_rows([(16, 0.0, 0), (8192, 0.0, 0)], cfg)
+    runs = {r["N"]: r for r in S.collect(cfg, [(rows, log, {})])}
+    q0 = runs[16]["Q_pos"][0]
+    for n in (16, 8192):
+        assert runs[n]["Q_pos_final"] > q0 + 0.2, n
+    assert runs[8192]["coverage"] > 0.99 and runs[8192]["M_ret_min"] > 0.95
+    assert runs[16]["coverage"] < 0.9 and runs[16]["M_ret_final"] < 0.4
+
+
+def test_softmax_change_is_exact():
+    z = random_policy(K=1000, seed=3)
+    dz = torch.randn(1000, dtype=torch.float64) * 1e-3
+    exact = (torch.softmax(z + dz, 0) - torch.softmax(z, 0)).numpy()
+    got = S.softmax_change(torch.softmax(z, 0).numpy(), dz.numpy())
+    np.testing.assert_allclose(got, exact, rtol=1e-6, atol=1e-15)
+
+
+def test_one_step_check_theory_matches_simulation_and_shows_coverage():
+    """Eq. 17 / Eq. 10 against the exact step (first order: agree to ~eta), and the coverage reading
+    of regime III: at a group size that samples every correct action, no unsampled correct mass is left
+    to drain, while at a middle N most of it is unsampled and drains."""
+    cfg = S.Config(num_actions=400, num_correct=40, lr=1e-2)
+    rows = {r["N"]: r for r in S.one_step_check(cfg, (4, 16, 20_000), draws=100)}
+    for r in rows.values():
+        assert r["theory_dQ"] > 0                                              # Hu et al.: Q_pos grows in expectation
+        np.testing.assert_allclose(r["sim_dQ"], r["theory_dQ"], rtol=1e-2)
+        np.testing.assert_allclose(r["sim_dQu"], r["theory_dQu"], rtol=1e-2, atol=1e-3 * abs(r["theory_dQ"]))
+    assert rows[16]["Q_u_pos"] > 0.3 and rows[16]["theory_dQu"] < 0
+    assert rows[20_000]["Q_u_pos"] < 1e-6 and abs(rows[20_000]["theory_dQu"]) < 1e-4 * rows[20_000]["theory_dQ"]
 
 
 # -----------------------------------------------------------------------------
