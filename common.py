@@ -28,6 +28,11 @@ def parse_config(cls, argv=None, doc=None):
     `float | None` takes a float, None being its "not given" default.
     A Config validates itself in __post_init__ by raising ValueError("--flag ..."); that message is
     printed as one line and the program exits with status 2, like any other bad flag.
+
+    Why not transformers.HfArgumentParser (TRL's convention)? Tried on simulate.Config (transformers
+    5.19): it passes `--group_sizes 2 8` to a tuple[int, ...] field as strings (it converts list
+    fields, not tuples), and a Config's ValueError escapes as a traceback instead of exit status 2.
+    Working around both would take more lines than this parser.
     """
     hints = typing.get_type_hints(cls)
     p = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
