@@ -6,8 +6,8 @@ The paper's math as pure functions: no I/O, no state, no imports of ours.
 What lives here, by equation of arXiv 2602.06717 (v2):
     group_advantages       Eq. 3          A_i = (R_i - mean R) / (std R + eps)
     success_rate           Eq. 11         mu_hat = (mean R - R_w) / (R_c - R_w) = X / N
-    focal_weight           Eq. 12         g = (1 - mu_hat)^gamma
-    focal_advantages       Eq. 13         A_i^F = g * A_i
+    focal_advantages       Eqs. 11-13     g = (1 - mu_hat)^gamma, A_i^F = g * A_i: what train.py uses
+    focal_weight           Eq. 12         g alone, for a tensor of mu_hat (simulate.py)
     policy_loss            Eqs. 14-16     GRPO / DAPO clip, CISPO sg(clip(r)) * A * log pi, token-mean
     kl_k3, entropy_from_logits            GRPO-KL and GRPO-H controls (Sec. 5.6)
     ds_grpo_advantages                    DS-GRPO control: a best guess, the paper gives no formula
@@ -75,31 +75,31 @@ def success_rate(rewards, r_correct=1.0, r_wrong=0.0):
     return (R.mean(dim=1) - r_wrong) / (r_correct - r_wrong)
 
 
-def focal_weight(success_rate, gamma):
-    """Focal weight of a group, Eq. 12: g = (1 - mu_hat)^gamma. gamma = 0 gives exactly 1 (plain GRPO).
+def focal_advantages(rewards, gamma, r_correct=1.0, r_wrong=0.0):
+    """F-GRPO advantage, Eqs. 11-13: A_i^F = g * A_i with g = (1 - mu_hat)^gamma, one g per group.
 
-    Works on a float, a numpy array or a tensor, and returns the same kind.
-    Groups the policy already solves (mu_hat near 1) get g near 0: they are the ones whose updates
-    concentrate probability on the sampled correct answers (PAPER §4.4).
+    gamma = 0 gives g = 1 exactly, even at mu_hat = 1 (0^0 = 1): plain GRPO. Groups the policy
+    already solves (mu_hat near 1) get g near 0: they are the ones whose updates concentrate
+    probability on the sampled correct answers (PAPER §4.4).
+    rewards: (G, N)  ->  (advantages (G, N), g (G,))
     """
     if gamma < 0:
         raise ValueError(f"gamma must be >= 0, got {gamma}")
-    if torch.is_tensor(success_rate):
-        return (1.0 - success_rate).clamp(min=0.0) ** gamma
-    if isinstance(success_rate, np.ndarray):
-        return np.clip(1.0 - success_rate, 0.0, None) ** gamma
-    return max(1.0 - float(success_rate), 0.0) ** gamma
+    # max=1: the mean of N equal rewards can round just past R_c (seven of 0.1 do in float32), and
+    # 1 - mu_hat < 0 would make g NaN at a fractional gamma.
+    mu_hat = success_rate(rewards, r_correct, r_wrong).clamp(max=1.0)              # (G,), Eq. 11
+    g = (1 - mu_hat) ** gamma                                                      # (G,), Eq. 12
+    # g multiplies AFTER the z-score. Scaling the rewards by g instead would do nothing: a
+    # per-group constant cancels in (R - mean) / std.
+    return g[:, None] * group_advantages(rewards), g                               # (G, N), Eq. 13
 
 
-def focal_advantages(rewards, gamma, normalize_std=True, eps=1e-6, r_correct=1.0, r_wrong=0.0):
-    """F-GRPO advantage, Eq. 13: A_i^F = g(x) * A_i^GRPO, one g per group.
-
-    g multiplies AFTER the z-score. Scaling the rewards by g instead would do nothing: a per-group
-    constant cancels in (R - mean) / std.
-    rewards: (G, N)  ->  (advantages (G, N), g (G,))
-    """
-    g = focal_weight(success_rate(rewards, r_correct, r_wrong), gamma)              # (G,)
-    return g[:, None] * group_advantages(rewards, normalize_std, eps), g
+def focal_weight(mu_hat, gamma):
+    """Focal weight, Eq. 12, for a tensor of success rates: g = (1 - mu_hat)^gamma, as in
+    focal_advantages. simulate.py uses it, where mu_hat comes from counts and not a reward matrix."""
+    if gamma < 0:
+        raise ValueError(f"gamma must be >= 0, got {gamma}")
+    return (1 - mu_hat).clamp(min=0.0) ** gamma
 
 
 def ds_grpo_advantages(rewards, mean_logp_old, c_pos=0.05, c_neg=0.05, r_correct=1.0, eps=1e-6):
@@ -257,7 +257,7 @@ if __name__ == "__main__":
     print(f"N = {N}, rewards 1/0, unbiased std (PAPER.md §3.2)")
     print("X correct of 8 " + "".join(f"{int(x):>8d}" for x in X))
     for gamma in (0.5, 1.0, 2.0):
-        g = focal_weight(success_rate(rewards), gamma)
+        g = focal_advantages(rewards, gamma)[1]
         print(f"g, gamma={gamma:<4}   " + "".join(f"{v:8.3f}" for v in g.tolist()))
     print("A+ before g    " + "".join(f"{A[i, 0]:8.3f}" for i in range(N - 1)))
     print("A- before g    " + "".join(f"{A[i, -1]:8.3f}" for i in range(N - 1)))

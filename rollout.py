@@ -1,7 +1,8 @@
 """
 Rollout engines behind one small interface, the trainer's log-prob forward, and weight sync.
 
-    python rollout.py                      # two rollouts from a tiny random model, and a speed check
+    python rollout.py                      # two rollouts from a tiny random model
+    python bench/rollout_speed.py --model out/maze_sft --prompts 32 --n 8   # speed vs model.generate
 
 An engine turns prompt token ids into N completions per prompt:
 
@@ -21,8 +22,8 @@ Sampling is seeded by the data, not the rank: sample j of prompt i draws its uni
 generator seeded by (seeds[i], j), and picks tokens by inverting the CDF. A prompt therefore gets
 the same samples whatever batch it sits in and whatever rank runs it (STYLE.md §7).
 
-VLLMEngine (--engine vllm) puts vLLM behind the same interface, in the trainer's process; it also
-has completion_logprobs() for the engine-vs-trainer check, and sleeps on GPU during the update.
+VLLMEngine (--engine vllm) puts vLLM behind the same interface, in the trainer's process, and
+sleeps on GPU during the update.
 """
 import contextlib
 import logging
@@ -290,17 +291,6 @@ class VLLMEngine:
             out.finish_reason.append(c.finish_reason)
         return out
 
-    def completion_logprobs(self, prompts, completions):
-        """Per-token log-probs (T = 1) of fixed completions, as rollout.completion_logprobs gives
-        the trainer's: vLLM's prompt log-probs of prompt + completion. A list of 1-D tensors."""
-        from vllm import SamplingParams
-        self._ready()
-        params = SamplingParams(max_tokens=1, prompt_logprobs=0, detokenize=False)
-        outs = self.llm.generate([{"prompt_token_ids": list(p) + list(c)}
-                                  for p, c in zip(prompts, completions)], params, use_tqdm=False)
-        return [torch.tensor([lp[t].logprob for lp, t in zip(o.prompt_logprobs[len(p):], c)])
-                for o, p, c in zip(outs, prompts, completions)]
-
     def load_weights(self, named_tensors):
         """One bucket of (Hugging Face name, tensor). The first bucket after a generate() opens a
         weight update; reset_prefix_cache(), which sync_weights calls after the last bucket,
@@ -508,19 +498,16 @@ def make_buckets(named_tensors, max_bytes):
         yield bucket
 
 
-def sync_weights(model, engine, bucket_bytes=1 << 30, push=True):
+def sync_weights(model, engine, bucket_bytes=1 << 30):
     """Push the trainer's weights into the engine; returns the seconds it took.
 
-    Every rank gathers (full_tensor is a collective); only ranks that own an engine push
-    (push=False on the others). The prefix cache is reset afterwards: KV computed with the old
-    weights must never be reused.
+    Every rank gathers (full_tensor is a collective) and loads its own engine. The prefix cache is
+    reset afterwards: KV computed with the old weights must never be reused.
     """
     t0 = time.perf_counter()
     for bucket in make_buckets(iter_full_params(model), bucket_bytes):
-        if push:
-            engine.load_weights(bucket)
-    if push:
-        engine.reset_prefix_cache()
+        engine.load_weights(bucket)
+    engine.reset_prefix_cache()
     return time.perf_counter() - t0
 
 

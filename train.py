@@ -5,8 +5,8 @@ F-GRPO training: GRPO / DAPO / CISPO with the focal advantage weight (arXiv 2602
     python train.py --task maze --model out/maze_sft --device cpu --lr 1e-4 --prompts_per_step 32 \\
         --mini_batch_prompts 32 --warmup_steps 0 --steps 100 --gamma 0.5   # maze RL on a laptop
     python train.py --task math --model tiny --tokenizer ../shared/data/tokenizers/qwen2.5 \\
-        --device cpu --prompts_per_step 2 --mini_batch_prompts 1 --group_size 4 \\
-        --max_response_len 16 --steps 1                                  # smoke test, seconds
+        --data ../shared/data/train/deepscaler_partial.jsonl --device cpu --prompts_per_step 2 \\
+        --mini_batch_prompts 1 --group_size 4 --max_response_len 16 --steps 1   # smoke test, seconds
 
 One step: rollouts (N per prompt, engine) -> rewards -> success rate mu_hat and focal weight g ->
 advantages -> old log-probs from the trainer -> mini-batch updates with the global token count ->
@@ -65,7 +65,8 @@ class Config:
     task: str = "math"                # "math" (DeepScaleR, math-verify reward) | "maze" (PAPER §6)
     model: str = "Qwen/Qwen2.5-7B"    # HF id or local dir; maze: the SFT dir; "tiny": random 2-layer Qwen2
     tokenizer: str = ""               # default: the model's own; required with --model tiny
-    data: str = "agentica-org/DeepScaleR-Preview-Dataset"   # math: a hub id or a local jsonl
+    data: str = "agentica-org/DeepScaleR-Preview-Dataset"   # math: a local jsonl, or DeepScaleR from the
+                                      # hub (this id or "deepscaler", needs `datasets`); no other hub id
     engine: str = "torch"             # rollout engine: "torch" | "vllm"
     # algorithm (each paper row is a flag or two; README "Reproducing the paper")
     loss: str = "grpo"                # "grpo" (Eq. 14) | "dapo" (clip-higher) | "cispo" (Eqs. 15-16)
@@ -492,7 +493,7 @@ def main(cfg):
     model = shard(model, device)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(cfg.adam_beta1, cfg.adam_beta2),
                             weight_decay=cfg.weight_decay)
-    task = make_task(cfg, tokenizer, "tiny" if cfg.model == "tiny" else model.config.model_type)
+    task = make_task(cfg, tokenizer, model.config.model_type)
     start = load_checkpoint(model, opt, ckpt, meta) if ckpt is not None else 0
     sync_weights(model, engine)                    # the engine samples from exactly these weights
     if rank == 0:
@@ -652,7 +653,7 @@ def step_metrics(cfg, R, adv_pre, adv, g, rollouts, seqs, stats, grad_norms, lr,
     s = dict(zip(sums, all_sum([float(v) for v in sums.values()]).tolist()))
     len_max, gap_max = all_max([lens.max(), gap.max() if gap.numel() else 0.0]).tolist()
     n = s["rollouts"]
-    m = {"reward/mean": s["reward"] / n, "acc/mean": s["reward"] / n,
+    m = {"reward/mean": s["reward"] / n,
          "groups/all_correct": s["all_correct"] / s["groups"], "groups/all_wrong": s["all_wrong"] / s["groups"],
          "focal/g_mean": s["g"] / s["groups"], "focal/g_mean_mixed": s["g_mixed"] / max(s["mixed"], 1),
          "adv/abs_mean_pre": s["adv_pre"] / n, "adv/abs_mean_post": s["adv_post"] / n,

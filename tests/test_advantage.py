@@ -96,17 +96,17 @@ def test_success_rate_accepts_the_levels_and_partial_rewards():
     assert success_rate(torch.tensor([[0.0, 0.0], [1.0, 1.0], [0.5, 0.0]])).tolist() == [0.0, 1.0, 0.25]
 
 
-def test_focal_weight_paper_table_and_types():
+def test_focal_weight_paper_table():
+    """PAPER.md §3.2's N = 8 table, for focal_advantages (train.py) and focal_weight (simulate.py)."""
     table = {0.5: [0.935, 0.866, 0.791, 0.707, 0.612, 0.500, 0.354],
              1.0: [0.875, 0.750, 0.625, 0.500, 0.375, 0.250, 0.125],
              2.0: [0.766, 0.562, 0.391, 0.250, 0.141, 0.062, 0.016]}
-    mu = np.arange(1, 8) / 8
+    mu = torch.arange(1, 8) / 8
+    rewards = (torch.arange(8)[None, :] < torch.arange(1, 8)[:, None]).double()   # row X-1: X correct
     for gamma, want in table.items():
-        assert np.allclose(focal_weight(mu, gamma), want, atol=6e-4)                      # numpy
-        assert torch.allclose(focal_weight(torch.tensor(mu), gamma), torch.tensor(want), atol=6e-4)
-        assert focal_weight(float(mu[3]), gamma) == pytest.approx(want[3], abs=6e-4)     # float
-    assert isinstance(focal_weight(0.5, 1.0), float)
-    assert isinstance(focal_weight(np.array([0.5]), 1.0), np.ndarray)
+        assert torch.allclose(focal_advantages(rewards, gamma)[1], torch.tensor(want), atol=6e-4)
+        assert torch.allclose(focal_weight(mu, gamma), torch.tensor(want), atol=6e-4)
+        assert focal_weight(mu[3], gamma).item() == pytest.approx(want[3], abs=6e-4)    # 0-d, as simulate.py
 
 
 def test_gamma_zero_is_grpo():
@@ -115,7 +115,7 @@ def test_gamma_zero_is_grpo():
     adv, g = focal_advantages(rewards, gamma=0.0)
     assert torch.equal(g, torch.ones(3))
     assert torch.equal(adv, group_advantages(rewards))
-    assert focal_weight(1.0, 0.0) == 1.0 and focal_weight(torch.tensor(1.0), 0.0).item() == 1.0
+    assert focal_weight(torch.tensor(1.0), 0.0).item() == 1.0
 
 
 def test_focal_scales_after_normalisation():
@@ -125,7 +125,17 @@ def test_focal_scales_after_normalisation():
     assert torch.allclose(adv, g[:, None] * group_advantages(rewards))
     assert torch.all((0 <= g) & (g <= 1))
     with pytest.raises(ValueError):
-        focal_weight(0.5, -1.0)
+        focal_weight(torch.tensor(0.5), -1.0)
+    with pytest.raises(ValueError):
+        focal_advantages(rewards, -1.0)
+
+
+def test_focal_weight_is_finite_when_mu_hat_rounds_past_one():
+    """The mean of seven rewards of 0.1 rounds to just above 0.1 in float32, so mu_hat = 1 + 1e-7:
+    without the clamp, g = (1 - mu_hat)^0.5 would be NaN for a group the policy fully solves."""
+    adv, g = focal_advantages(torch.full((1, 7), 0.1, dtype=torch.float32), 0.5, r_correct=0.1, r_wrong=0.0)
+    assert g.tolist() == [0.0] and (adv == 0).all()
+    assert focal_weight(torch.tensor([1 + 1e-7]), 0.5).tolist() == [0.0]
 
 
 def test_low_lr_multiplier_closed_form_and_integral():
