@@ -1,4 +1,8 @@
-"""Shared pytest setup: run from the repo root, CPU only. `python -m pytest -q tests`."""
+"""Shared pytest setup: run from the repo root, CPU only.
+
+    python -m pytest -q tests                     # everything (CI), ~12 min on 2 cores
+    python -m pytest -q -m "not slow" tests       # the inner loop: all but the multi-second tests
+"""
 import sys
 from pathlib import Path
 
@@ -17,3 +21,8 @@ def data():
     if not d.is_dir():
         pytest.skip(f"reference data not found at {d}; set FGRPO_DATA")
     return d
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "slow: takes seconds to minutes (trainer runs, vLLM, process "
+                                       "pools, timeouts); left out of the fast tier, -m \"not slow\"")

@@ -148,6 +148,7 @@ def test_scorer_reads_answer_phrases_like_is_correct():
         assert s.score(list(comps), list(golds))[0] == [float(w) for w in want]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("completion", [
     "\\boxed{9^{9^{9^9}}}",                                            # a huge power
     "\\boxed{" + "\\frac{1}{" * 60 + "2" + "}" * 60 + "}",             # deeply nested LaTeX
@@ -186,6 +187,7 @@ def _hang_on_marker(keys):
     return reward._judge_many(keys)
 
 
+@pytest.mark.slow
 def test_scorer_matches_is_correct_and_caches():
     comps = ["\\boxed{5}", "\\boxed{6}", "no idea", "\\boxed{\\frac{10}{2}}", "\\boxed{9^{9^{9^9}}}"] * 20
     golds = ["5"] * len(comps)
@@ -203,6 +205,7 @@ def test_scorer_in_process():
     assert rewards == [1.0, 0.0] and stats["unparseable"] == 1
 
 
+@pytest.mark.slow
 def test_scorer_backstop_rebuilds_pool_after_hang():
     comps = [f"\\boxed{{{i}}}" for i in range(6)] + ["\\boxed{HANG}"]
     with reward.Scorer(workers=2, chunk_size=4, backstop_s=1.0, fn=_hang_on_marker) as s:

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
+pytestmark = pytest.mark.slow             # every test here runs train.py or an SFT: minutes in all
 ROOT = Path(__file__).resolve().parents[1]
 PY = sys.executable
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "TRANSFORMERS_VERBOSITY": "error",

