@@ -29,7 +29,6 @@ import gc
 import json
 import math
 import os
-import random
 import re
 import shutil
 import socket
@@ -222,70 +221,39 @@ def load_model(cfg, tokenizer, dtype=torch.float32):
 
 
 def shard(model, device):
-    """FSDP2: each decoder layer is its own unit, then the root (embeddings, norm, head).
-    On GPU: bf16 compute, fp32 master weights and fp32 gradient reductions. On CPU: all fp32."""
+    """FSDP2: each transformer block is its own unit, then the root (embeddings, norm, head).
+    The blocks are the modules whose class the model names in _no_split_modules, which every HF
+    causal LM sets (a model that names none is one unit). On GPU: bf16 compute, fp32 master weights and fp32 gradient reductions. On CPU: all fp32."""
     mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) \
         if device.type == "cuda" else MixedPrecisionPolicy()
     model.to(device)
-    for layer in model.model.layers:
-        fully_shard(layer, mp_policy=mp)
+    blocks = set(getattr(model, "_no_split_modules", None) or ())     # e.g. {"Qwen2DecoderLayer"}
+    for module in model.modules():
+        if module is not model and type(module).__name__ in blocks:
+            fully_shard(module, mp_policy=mp)
     fully_shard(model, mp_policy=mp)
     return model
 
 
 # -----------------------------------------------------------------------------
-# Tasks: where prompts come from and how completions are scored
+# Tasks: where prompts come from and how completions are scored (common.Task)
 
 def make_task(cfg, tokenizer, model_type):
-    """A dict of what differs between tasks: prompt(global_index) -> (ids, answer), score(...),
-    stop ids, the response budget, how to show a completion, and the dataset size."""
     if cfg.task == "maze":
-        size = cfg.maze_size or maze.checkpoint_size(cfg.model)
-
-        def prompt(i):                                # training maze i, keyed by (seed, i) only
-            grid = maze.train_mazes(size, 1, random.Random(mix_seed(cfg.seed, i)))[0]
-            return maze.encode(tokenizer, [maze.prompt_text(grid)])[0], grid
-
-        def score(grids, completions):
-            return [maze.maze_reward(g, tokenizer.convert_ids_to_tokens(c))
-                    for g, c in zip(grids, completions)], {}
-
-        return dict(prompt=prompt, score=score, stop=[maze.EOS], size=size, num_prompts=None,
-                    max_new_tokens=maze.max_new_tokens_for(size),
-                    show=lambda ids: " ".join(tokenizer.convert_ids_to_tokens(ids)))
-
-    family = reward.model_family(model_type)           # chat template and stop tokens (Table 9)
-    problems = reward.load_training_problems(cfg.data, tokenizer, cfg.max_prompt_len, family=family)
-    check(len(problems) >= cfg.prompts_per_step,
-          f"--data {cfg.data}: {len(problems)} problems survive the filter, fewer than --prompts_per_step")
-    order = []                                         # a fresh permutation per epoch, keyed by seed
-
-    def prompt(i):
-        epoch, j = divmod(i, len(problems))
-        while len(order) <= epoch:
-            perm = list(range(len(problems)))
-            random.Random(mix_seed(cfg.seed, len(order))).shuffle(perm)
-            order.append(perm)
-        p = problems[order[epoch][j]]
-        return p["prompt_ids"], p["gold"]
-
-    def score(golds, completions):
-        texts = tokenizer.batch_decode(completions, skip_special_tokens=True)
-        return reward.score_batch(texts, golds)
-
-    return dict(prompt=prompt, score=score, stop=reward.stop_token_ids(tokenizer, family),
-                max_new_tokens=cfg.max_response_len, num_prompts=len(problems),
-                show=lambda ids: tokenizer.decode(ids))
+        return maze.make_task(tokenizer, cfg.maze_size or maze.checkpoint_size(cfg.model), cfg.seed,
+                              cfg.eval_mazes, cfg.eval_samples)
+    task = reward.make_task(tokenizer, cfg.data, reward.model_family(model_type), cfg.max_prompt_len,
+                            cfg.max_response_len, cfg.seed)
+    check(task.num_prompts >= cfg.prompts_per_step, f"--data {cfg.data}: {task.num_prompts} problems "
+          "survive the filter, fewer than --prompts_per_step")
+    return task
 
 
-def evaluate_maze(engine, tokenizer, task, cfg, rank, world):
-    """Held-out pass@1 under both reward rules; the mazes are split over ranks, counts summed
-    (a rank may get none when --eval_mazes < world)."""
-    grids = maze.heldout_mazes(task["size"], cfg.eval_mazes)[rank::world]
-    res = maze.evaluate_mazes(engine, tokenizer, grids, cfg.eval_samples, seed=cfg.seed)
-    walk, strict = all_sum(sum(res["walk"])), all_sum(sum(res["strict"]))
-    total = cfg.eval_mazes * cfg.eval_samples
-    return {"eval/pass@1": float(walk) / total, "eval/pass@1_strict": float(strict) / total}
+def evaluate_heldout(task, engine, rank, world):
+    """The task's held-out metrics: hits and trials summed over ranks, then divided."""
+    counts = task.evaluate(engine, rank, world)
+    summed = all_sum([x for hits_trials in counts.values() for x in hits_trials]).view(-1, 2)
+    return {k: float(hits) / float(trials) for k, (hits, trials) in zip(counts, summed)}
 
 
 # -----------------------------------------------------------------------------
@@ -500,7 +468,7 @@ def main(cfg):
         out.mkdir(parents=True, exist_ok=True)
         atomic_write_json(out / "run.json", {"config": asdict(cfg), "git": git_sha(), "world": world,
                                              "torch": torch.__version__, "argv": sys.argv,
-                                             "num_prompts": task["num_prompts"]})
+                                             "num_prompts": task.num_prompts})
         keep_metrics_until(out / "metrics.jsonl", start)
     logger = make_logger(cfg, out) if rank == 0 else None
     if start:
@@ -515,17 +483,17 @@ def main(cfg):
         # rank r owns a slice of each, so every world size forms the same mini-batches.
         idx = [step * cfg.prompts_per_step + m * cfg.mini_batch_prompts + rank * share + j
                for m in range(M) for j in range(share)]
-        items = [task["prompt"](i) for i in idx]
+        items = [task.prompt(i) for i in idx]
         rollouts = engine.generate([ids for ids, _ in items], cfg.group_size,
                                    seeds=[mix_seed(cfg.seed, step, i) for i in idx],
-                                   max_new_tokens=task["max_new_tokens"], stop_token_ids=task["stop"],
+                                   max_new_tokens=task.max_new_tokens, stop_token_ids=task.stop_token_ids,
                                    temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k)
         t_rollout = time.perf_counter() - t0
         engine.sleep()                        # vLLM on GPU: free its memory for the update
 
         # 2) rewards and 3) advantages, group by group (all N rollouts of a prompt are on this rank)
         answers = [items[i][1] for i in rollouts.prompt_index]
-        rewards, reward_stats = task["score"](answers, rollouts.token_ids)
+        rewards, reward_stats = task.score(answers, rollouts.token_ids)
         R = torch.tensor(rewards, dtype=torch.float32).view(P_rank, cfg.group_size)    # (P, N)
         adv_pre = group_advantages(R)                                                  # Eq. 3
         if cfg.ds_grpo:
@@ -567,13 +535,12 @@ def main(cfg):
         metrics.update({"time/rollout": t_rollout, "time/reward": t_reward, "time/train": t_train,
                         "time/weight_sync": t_sync, "time/step": dt,
                         "tok_per_s": metrics["tokens"] / dt, "tok_per_s/rollout": metrics["tokens"] / t_rollout})
-        if cfg.task == "maze" and cfg.eval_mazes and ((cfg.eval_every and (step + 1) % cfg.eval_every == 0)
-                                                      or step + 1 == cfg.steps):
-            metrics.update(evaluate_maze(engine, tokenizer, task, cfg, rank, world))
+        if task.evaluate and ((cfg.eval_every and (step + 1) % cfg.eval_every == 0) or step + 1 == cfg.steps):
+            metrics.update(evaluate_heldout(task, engine, rank, world))
         if rank == 0:
             logger(metrics)
             if cfg.sample_every and step % cfg.sample_every == 0:
-                print(f"  sample (reward {rewards[0]:.0f}): {task['show'](rollouts.token_ids[0])[-300:]!r}",
+                print(f"  sample (reward {rewards[0]:.0f}): {task.show(rollouts.token_ids[0])[-300:]!r}",
                       flush=True)
         if (step + 1) % cfg.save_every == 0 or step + 1 == cfg.steps:
             save_checkpoint(model, opt, step + 1, cfg, out)
