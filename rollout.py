@@ -457,15 +457,17 @@ def token_logprobs(logits, batch):
 
 
 @torch.no_grad()
-def completion_logprobs(model, prompts, completions, pad_token_id, temperature=1.0, batch_size=32):
-    """Per-token log-probs of fixed completions under `model`: a list of 1-D float tensors.
+def completion_logprobs(model, prompts, completions, pad_token_id, temperature=1.0, batch_size=32,
+                        share_prompts=False):
+    """Per-token log-probs of fixed completions under `model`, no gradient: a list of 1-D tensors.
 
-    Used for the engine-vs-trainer gap and by evaluate.py's Delta NLL_rare.
+    train.py's old log-probs (pi_old, before a step's first update) and evaluate.py's Delta NLL_rare.
     """
     device = next(model.parameters()).device
     result = []
     for s in range(0, len(prompts), batch_size):
-        batch = pack(prompts[s:s + batch_size], completions[s:s + batch_size], pad_token_id, device)
+        batch = pack(prompts[s:s + batch_size], completions[s:s + batch_size], pad_token_id, device,
+                     share_prompts=share_prompts)
         logp = token_logprobs(completion_logits(model, batch, temperature), batch).cpu()
         result += [logp[i, :len(c)] for i, c in enumerate(completions[s:s + batch_size])]
     return result
