@@ -54,8 +54,8 @@ from advantage import (CLIP_EPS, clip_bounds, ds_grpo_advantages, entropy_from_l
 from common import (MARKER, atomic_dir, atomic_write_json, atomic_write_text, check, check_min,
                     check_out_dir, check_positive, check_pretrained, check_utf8, mark_out_dir, parse_config,
                     refuse, remove_temp, replace_dir)
-from rollout import (Rollouts, completion_logits, completion_logprobs, make_engine, mix_seed, pack,
-                     sync_weights, token_logprobs)
+from rollout import (Rollouts, completion_logits, completion_logp, make_engine, mix_seed, pack,
+                     sync_weights, token_logp)
 
 
 @dataclass
@@ -223,7 +223,8 @@ def load_model(cfg, tokenizer, dtype=torch.float32):
 def shard(model, device):
     """FSDP2: each transformer block is its own unit, then the root (embeddings, norm, head).
     The blocks are the modules whose class the model names in _no_split_modules, which every HF
-    causal LM sets (a model that names none is one unit). On GPU: bf16 compute, fp32 master weights and fp32 gradient reductions. On CPU: all fp32."""
+    causal LM sets (a model that names none is one unit).
+    On GPU: bf16 compute, fp32 master weights and fp32 gradient reductions. On CPU: all fp32."""
     mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) \
         if device.type == "cuda" else MixedPrecisionPolicy()
     model.to(device)
@@ -281,13 +282,13 @@ def update_minibatch(model, ref_model, prompts, completions, A, old_logp, *, on_
     """
     assert on_policy == (old_logp is None), "on-policy updates reuse the first forward; others need old_logp"
     n_tok = all_sum(sum(len(c) for c in completions)).to(device=device, dtype=torch.float32)
-    sums, logp_before = {}, []
+    sums, first_logp = {}, []
     for s in range(0, len(completions), cfg.micro_batch_size):
         mb = slice(s, s + cfg.micro_batch_size)
         batch = pack(prompts[mb], completions[mb], pad_id, device, share_prompts=cfg.share_prompts)
         mask = batch["completion_mask"]                                              # (b, Tc)
         logits = completion_logits(model, batch, cfg.temperature)                    # (b, Tc, V)
-        logp = token_logprobs(logits, batch)                                         # (b, Tc)
+        logp = token_logp(logits, batch)                                         # (b, Tc)
         old = logp.detach() if on_policy else padded(old_logp[mb], logp)             # (b, Tc)
         loss, diag = policy_loss(logp, old, A[mb].to(device), mask, cfg.loss, cfg.eps_low, cfg.eps_high,
                                  cfg.dual_clip, num_tokens=n_tok)                    # Eqs. 14-16
@@ -298,18 +299,18 @@ def update_minibatch(model, ref_model, prompts, completions, A, old_logp, *, on_
             loss = loss - cfg.entropy_coef * H
         if ref_model is not None:                                                    # GRPO-KL
             with torch.no_grad():
-                ref_logp = token_logprobs(completion_logits(ref_model, batch, cfg.temperature), batch)
+                ref_logp = token_logp(completion_logits(ref_model, batch, cfg.temperature), batch)
             kl = token_mean(kl_k3(logp, ref_logp), mask, n_tok)
             loss = loss + cfg.kl_coef * kl
             diag["kl/k3"] = kl.detach()
         (loss * world).backward()
-        logp_before += [lp[:len(c)].cpu() for lp, c in zip(logp.detach(), completions[mb])]
+        first_logp += [lp[:len(c)].cpu() for lp, c in zip(logp.detach(), completions[mb])]
         for k, v in diag.items():
             sums[k] = max(sums.get(k, 0.0), float(v)) if k == "ratio/max" else sums.get(k, 0.0) + float(v)
     ratio_max = sums.pop("ratio/max")
     out = dict(zip(sums, all_sum(list(sums.values())).tolist()))
     out["ratio/max"] = float(all_max(ratio_max))
-    return out, logp_before
+    return out, first_logp
 
 
 def clip_and_step(model, opt, cfg, lr):
@@ -466,30 +467,32 @@ def main(cfg):
         R = torch.tensor(rewards, dtype=torch.float32).view(len(idx), cfg.group_size)  # (P, N)
         A_pre = group_advantages(R)                                                    # Eq. 3
         if cfg.ds_grpo:
-            lbar = torch.tensor([sum(lp) / max(len(lp), 1) for lp in rollouts.logprobs])
+            lbar = torch.tensor([sum(e) / max(len(e), 1) for e in rollouts.engine_logp])
             A, g = ds_grpo_advantages(R, lbar.view_as(R)), torch.ones(len(idx))
         else:
             A, g = focal_advantages(R, cfg.gamma)                                      # Eq. 13
         t_reward = time.perf_counter() - t0 - t_rollout
 
         # 4) old log-probs with the trainer's own forward, unless the update is exactly on-policy
-        old_logp = None if on_policy else completion_logprobs(
+        old_logp = None if on_policy else completion_logp(
             model, prompts, completions, pad, cfg.temperature, cfg.micro_batch_size, cfg.share_prompts)
 
         # 5) one optimizer step per mini-batch of whole groups
         lr = cfg.lr * min(1.0, (step + 1) / cfg.warmup_steps) if cfg.warmup_steps else cfg.lr
         per_mb = len(completions) // num_minibatches
-        update_stats, grad_norms, logp_before = {}, [], []
+        update_stats, grad_norms, first_logp = {}, [], []
         for k in range(num_minibatches):
             mb = slice(k * per_mb, (k + 1) * per_mb)
             stats, logp = update_minibatch(model, ref_model, prompts[mb], completions[mb], A.flatten()[mb],
                                            None if on_policy else old_logp[mb], on_policy=on_policy, cfg=cfg,
                                            pad_id=pad, device=device, world=world)
             grad_norms.append(clip_and_step(model, opt, cfg, lr))
-            logp_before += logp
+            first_logp += logp
             for key, v in stats.items():
                 update_stats[key] = (max(update_stats.get(key, 0.0), v) if key == "ratio/max"
                                      else update_stats.get(key, 0.0) + v / num_minibatches)
+        if on_policy:
+            old_logp = first_logp             # the first forward IS pi_old (deviation 4)
         t_train = time.perf_counter() - t0 - t_rollout - t_reward
 
         # 6) weight sync, so the next rollouts come from the updated policy
@@ -498,7 +501,7 @@ def main(cfg):
 
         # 7) metrics (all-reduced), held-out evaluation, one log line, a sample, a checkpoint
         metrics = step_metrics(StepResult(
-            step + 1, R, A_pre, A, g, rollouts, old_logp if not on_policy else logp_before, reward_stats,
+            step + 1, R, A_pre, A, g, rollouts, old_logp, reward_stats,
             update_stats, grad_norms, lr, {"rollout": t_rollout, "reward": t_reward, "train": t_train,
                                            "weight_sync": t_sync, "step": time.perf_counter() - t0}))
         if task.evaluate and ((cfg.eval_every and (step + 1) % cfg.eval_every == 0) or step + 1 == cfg.steps):
@@ -641,7 +644,7 @@ def step_metrics(r):
     R, A_pre, A, g = r.R, r.A_pre, r.A, r.g
     mixed = R.std(1) > 0                                                  # (P,) groups with signal
     lens = torch.tensor([len(c) for c in r.rollouts.token_ids], dtype=torch.float64)
-    gap = torch.cat([(torch.tensor(e) - o).abs() for e, o in zip(r.rollouts.logprobs, r.old_logp)])
+    gap = torch.cat([(torch.tensor(e) - o).abs() for e, o in zip(r.rollouts.engine_logp, r.old_logp)])
     sums = {"groups": R.shape[0], "rollouts": R.numel(), "reward": R.sum(),
             "all_correct": (R.min(1).values >= 1).sum(),
             "all_wrong": (R.max(1).values <= 0).sum(), "g": g.sum(), "g_mixed": g[mixed].sum(),
@@ -661,7 +664,8 @@ def step_metrics(r):
     metrics.update({f"reward/{k}": s[k] for k in r.reward_stats})
     metrics.update(r.update_stats)
     metrics.update({f"time/{k}": v for k, v in r.seconds.items()})
-    metrics.update({"tok_per_s": s["tokens"] / r.seconds["step"], "tok_per_s/rollout": s["tokens"] / r.seconds["rollout"]})
+    metrics.update({"tok_per_s": s["tokens"] / r.seconds["step"],
+                    "tok_per_s/rollout": s["tokens"] / r.seconds["rollout"]})
     return metrics
 
 
