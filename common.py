@@ -1,7 +1,7 @@
 """
 Small helpers every entry point shares: `--name value` flags from a dataclass and their checks,
-the data folder, output folders we may write, and atomic writes. Nothing here knows about the
-paper; it exists so that simulate.py, maze.py, train.py and evaluate.py do not each carry their own copy.
+the data folder, output folders we may write, atomic writes, and the Task contract. Nothing here
+knows about the paper; it exists so that simulate.py, maze.py, train.py and evaluate.py do not each carry their own copy.
 
     from common import parse_config
     cfg = parse_config(Config)       # Config is a @dataclass; its fields become --flags
@@ -16,7 +16,9 @@ import sys
 import tempfile
 import types
 import typing
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 REPO = Path(__file__).resolve().parent
 
@@ -127,6 +129,30 @@ def check_pretrained(name, flag, model=True, tokenizer=True):
     if tokenizer:
         check(any((p / f).is_file() for f in TOKENIZER_FILES),
               f"{flag} {name}: no tokenizer in the folder (none of {', '.join(TOKENIZER_FILES)})")
+
+
+# -----------------------------------------------------------------------------
+# The task contract: what train.py needs from a task (maze.make_task, reward.make_task)
+
+@dataclass
+class Task:
+    """What a task provides to the trainer. A new toy task is one file with a make_task(...) that
+    returns one of these, and one line in train.make_task that calls it.
+
+    prompt(i) -> (prompt_ids, answer): training prompt i, a global index (step * prompts_per_step + ...);
+        the same i gives the same prompt on every rank and world size. `answer` is whatever score needs.
+    score(answers, completions) -> (rewards, stats): one reward per completion (a list of token ids),
+        1.0 correct / 0.0 not, and a {name: count} of extra counts summed over ranks and logged as reward/NAME.
+    evaluate(engine, rank, world) -> {metric: (hits, trials)} on this rank's share of the held-out set,
+        summed over ranks and logged as hits / trials; None when the task has no held-out set in training.
+    """
+    prompt: Callable
+    score: Callable
+    stop_token_ids: list              # a rollout ends at the first of these (included in the completion)
+    max_new_tokens: int               # the response budget; a rollout that reaches it is "length"-truncated
+    show: Callable                    # completion ids -> text for the sample log line
+    num_prompts: int | None = None    # the dataset size (None: generated, unbounded); saved in run.json
+    evaluate: Callable | None = None
 
 
 def data_dir():

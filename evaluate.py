@@ -477,9 +477,9 @@ def run_compare(cfg):
 def nll(model, tok, prompts, completions, batch_size=8):
     """Length-normalised NLL (mean per-token -log p) of each completion under model, at T = 1."""
     import rollout
-    lps = rollout.completion_logprobs(model, prompts, completions, reward.pad_id(tok), temperature=1.0,
-                                      batch_size=batch_size)
-    return [float(-lp.mean()) for lp in lps]
+    logp = rollout.completion_logp(model, prompts, completions, reward.pad_id(tok), temperature=1.0,
+                                   batch_size=batch_size)
+    return [float(-lp.mean()) for lp in logp]
 
 
 def run_rare_select(cfg):

@@ -51,7 +51,7 @@ from transformers import (AutoModelForCausalLM, GenerationConfig, PreTrainedToke
                           Qwen2ForCausalLM)
 
 import rollout
-from common import atomic_dir, atomic_write_json, check, check_min, check_out_dir, check_positive, parse_config
+from common import Task, atomic_dir, atomic_write_json, check, check_min, check_out_dir, check_positive, parse_config
 
 # -----------------------------------------------------------------------------
 # Mazes: a (2k+1) x (2k+1) grid, border walls, "rooms" at odd coordinates (PAPER §6.2)
@@ -366,6 +366,27 @@ def evaluate_mazes(engine, tokenizer, grids, n, seed, max_new_tokens=None, tempe
         if res["first"][i] is None:
             res["first"][i] = " ".join(tokens)
     return res
+
+
+def make_task(tokenizer, size, seed, eval_mazes=256, eval_samples=4):
+    """The maze as train.py's task (common.Task): training maze i is keyed by (seed, i) alone, the
+    reward is the walk rule, and the held-out set is the first eval_mazes held-out mazes (none if 0)."""
+    def prompt(i):
+        grid = train_mazes(size, 1, random.Random(rollout.mix_seed(seed, i)))[0]
+        return encode(tokenizer, [prompt_text(grid)])[0], grid
+
+    def score(grids, completions):
+        return [maze_reward(g, tokenizer.convert_ids_to_tokens(c)) for g, c in zip(grids, completions)], {}
+
+    def evaluate(engine, rank, world):         # the mazes split over ranks; a rank may get none
+        grids = heldout_mazes(size, eval_mazes)[rank::world]
+        res = evaluate_mazes(engine, tokenizer, grids, eval_samples, seed=seed)
+        trials = len(grids) * eval_samples
+        return {"eval/pass@1": (sum(res["walk"]), trials), "eval/pass@1_strict": (sum(res["strict"]), trials)}
+
+    return Task(prompt, score, stop_token_ids=[EOS], max_new_tokens=max_new_tokens_for(size),
+                show=lambda ids: " ".join(tokenizer.convert_ids_to_tokens(ids)),
+                evaluate=evaluate if eval_mazes else None)
 
 
 def checkpoint_size(path):

@@ -47,10 +47,13 @@ import base64
 import functools
 import json
 import multiprocessing as mp
+import random
 import re
 import threading
 from collections import defaultdict
 from pathlib import Path
+
+from common import Task
 
 TIMEOUT_S = 5                # math-verify's SIGALRM limit (its default), per parse and per comparison
 MAX_ANSWER_CHARS = 1000      # a longer boxed answer is unparseable without trying (no gold is this long)
@@ -406,6 +409,29 @@ def load_training_problems(source, tokenizer, max_prompt_tokens=1024, family=Non
     texts = [format_prompt(tokenizer, r["problem"], family) for r in kept]
     ids = tokenizer(texts, add_special_tokens=False)["input_ids"] if texts else []
     return [{"prompt_ids": i, "gold": r["answer"], "problem": r["problem"]} for i, r in zip(ids, kept)]
+
+
+def make_task(tokenizer, source, family, max_prompt_len, max_response_len, seed):
+    """Math as train.py's task (common.Task): the filtered problems of `source` in a fresh
+    permutation per epoch keyed by seed, the math-verify reward, no held-out set during training."""
+    from rollout import mix_seed                   # not at the top: scorer workers need no torch
+    problems = load_training_problems(source, tokenizer, max_prompt_len, family=family)
+    order = []                                     # order[epoch]: that epoch's permutation
+
+    def prompt(i):
+        epoch, j = divmod(i, len(problems))
+        while len(order) <= epoch:
+            perm = list(range(len(problems)))
+            random.Random(mix_seed(seed, len(order))).shuffle(perm)
+            order.append(perm)
+        p = problems[order[epoch][j]]
+        return p["prompt_ids"], p["gold"]
+
+    def score(golds, completions):
+        return score_batch(tokenizer.batch_decode(completions, skip_special_tokens=True), golds)
+
+    return Task(prompt, score, stop_token_ids=stop_token_ids(tokenizer, family),
+                max_new_tokens=max_response_len, show=tokenizer.decode, num_prompts=len(problems))
 
 
 def filter_math_train(rows, tokenizer, family, max_prompt_tokens=1024, log=print):

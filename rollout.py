@@ -11,7 +11,20 @@ An engine turns prompt token ids into N completions per prompt:
     engine.load_weights(named_tensors)     # trainer -> engine, after every optimizer step
 
 Rollouts holds, prompt-major (prompt 0's n samples, then prompt 1's, ...), each completion's token
-ids, the per-token log-probs of the distribution it was sampled from, and why it stopped.
+ids, its engine_logp, and why it stopped.
+
+Log-probs, one name per idea, here and in train.py / evaluate.py / advantage.py:
+    logp         log pi_theta of the sampled tokens under the trainer's current weights, with gradient
+                 in the update: (S, Tc) per completion token, 0 where masked, or a 1-D tensor per completion
+    old_logp     the same under pi_old, the weights that sampled this step's rollouts (before its first
+                 optimizer step); the denominator of the ratio (Eq. 14). On-policy it IS the first logp.
+    engine_logp  what the rollout engine reported for the tokens it sampled (Rollouts.engine_logp);
+                 old_logp up to numerics, which the logp/diff_* metrics watch
+    ref_logp     under the frozen initial model (GRPO-KL's k3, Sec. 5.6)
+    logprobs     a whole distribution over the vocabulary, (B, V): sampling_logprobs
+The trainer's forward: completion_logits (logits / T at the positions that predict the completion)
+then token_logp (the completion tokens' logp, with gradient); completion_logp does both in batches
+without gradient and returns one 1-D tensor per completion.
 
 TorchEngine is plain PyTorch + transformers (CPU and GPU): batched, KV cache, left padding with
 correct position ids. Three things make it faster than model.generate on RL batches:
@@ -40,7 +53,7 @@ import torch
 class Rollouts:
     prompt_index: list   # for each completion, the index of its prompt in the input list
     token_ids: list      # list[list[int]], completion tokens, the stop token included when sampled
-    logprobs: list       # list[list[float]], log-prob of each token under the sampling distribution
+    engine_logp: list    # list[list[float]], each sampled token's log-prob under the sampling distribution
     finish_reason: list  # "stop" (a stop token was sampled) or "length" (max_new_tokens reached)
 
 
@@ -64,18 +77,18 @@ def sampling_logprobs(logits, temperature=1.0, top_p=1.0, top_k=0):
     tokens get -inf. The log-probs we return and train against are those of this distribution.
     logits: (B, V) -> (B, V) float32
     """
-    logp = torch.log_softmax(logits.float() / temperature, dim=-1)
-    if top_k > 0 and top_k < logp.shape[-1]:
-        kth = logp.topk(top_k, dim=-1).values[:, -1:]                                 # (B, 1)
-        logp = torch.log_softmax(logp.masked_fill(logp < kth, -math.inf), dim=-1)
+    logprobs = torch.log_softmax(logits.float() / temperature, dim=-1)
+    if top_k > 0 and top_k < logprobs.shape[-1]:
+        kth = logprobs.topk(top_k, dim=-1).values[:, -1:]                             # (B, 1)
+        logprobs = torch.log_softmax(logprobs.masked_fill(logprobs < kth, -math.inf), dim=-1)
     if top_p < 1.0:
-        sorted_logp, order = logp.sort(dim=-1, descending=True)
+        sorted_logprobs, order = logprobs.sort(dim=-1, descending=True)
         # keep the smallest prefix whose mass reaches top_p: a token is dropped if the mass
         # BEFORE it already reaches top_p (so the first token is always kept)
-        before = sorted_logp.exp().cumsum(dim=-1) - sorted_logp.exp()
-        drop = torch.zeros_like(logp, dtype=torch.bool).scatter(-1, order, before >= top_p)
-        logp = torch.log_softmax(logp.masked_fill(drop, -math.inf), dim=-1)
-    return logp
+        before = sorted_logprobs.exp().cumsum(dim=-1) - sorted_logprobs.exp()
+        drop = torch.zeros_like(logprobs, dtype=torch.bool).scatter(-1, order, before >= top_p)
+        logprobs = torch.log_softmax(logprobs.masked_fill(drop, -math.inf), dim=-1)
+    return logprobs
 
 
 def check_prompts(prompts, seeds):
@@ -86,15 +99,15 @@ def check_prompts(prompts, seeds):
         raise ValueError("empty prompt: every prompt needs at least one token")
 
 
-def sample_from_uniform(logp, u):
-    """Inverse-CDF sampling: the token k with cdf[k-1] <= u < cdf[k]. logp (B, V), u (B,) in [0, 1).
+def sample_from_uniform(logprobs, u):
+    """Inverse-CDF sampling: the token k with cdf[k-1] <= u < cdf[k]. logprobs (B, V), u (B,) in [0, 1).
 
     Zero-probability tokens are never chosen (their CDF step is empty). Given u, this is exactly a
-    draw from exp(logp); feeding it seeded uniforms makes every row's draws reproducible.
+    draw from exp(logprobs); feeding it seeded uniforms makes every row's draws reproducible.
     """
-    cdf = logp.double().exp().cumsum(dim=-1)                                          # (B, V)
+    cdf = logprobs.double().exp().cumsum(dim=-1)                                          # (B, V)
     target = (u.double() * cdf[:, -1]).unsqueeze(-1)                                  # (B, 1)
-    return torch.searchsorted(cdf, target, right=True).squeeze(-1).clamp_(max=logp.shape[-1] - 1)
+    return torch.searchsorted(cdf, target, right=True).squeeze(-1).clamp_(max=logprobs.shape[-1] - 1)
 
 
 class TorchEngine:
@@ -118,7 +131,7 @@ class TorchEngine:
                                          set(stop_token_ids), temperature, top_p, top_k)
             out.prompt_index += [start + i for i in chunk.prompt_index]
             out.token_ids += chunk.token_ids
-            out.logprobs += chunk.logprobs
+            out.engine_logp += chunk.engine_logp
             out.finish_reason += chunk.finish_reason
         return out
 
@@ -149,18 +162,19 @@ class TorchEngine:
                          for b in range(B)]).to(device)                 # (B, max_new_tokens)
 
         out_tok = torch.zeros(B, max_new_tokens, dtype=torch.long)
-        out_logp = torch.zeros(B, max_new_tokens, dtype=torch.float64)
+        engine_logp = torch.zeros(B, max_new_tokens, dtype=torch.float64)
         length = torch.full((B,), max_new_tokens)                     # set when a stop is sampled
         hit_stop = torch.zeros(B, dtype=torch.bool)
         stop_ids = torch.tensor(sorted(stop), dtype=torch.long, device=device)
         rows = torch.arange(B, device=device)                          # batch row -> completion
         done = torch.zeros(B, dtype=torch.bool, device=device)
         for t in range(max_new_tokens):
-            logp = sampling_logprobs(logits, temperature, top_p, top_k)               # (b, V)
-            tok = sample_from_uniform(logp, u[rows, t])                               # (b,)
+            logprobs = sampling_logprobs(logits, temperature, top_p, top_k)           # (b, V)
+            tok = sample_from_uniform(logprobs, u[rows, t])                           # (b,)
             live = ~done
             out_tok[rows[live].cpu(), t] = tok[live].cpu()
-            out_logp[rows[live].cpu(), t] = logp.gather(-1, tok[:, None]).squeeze(-1)[live].double().cpu()
+            picked = logprobs.gather(-1, tok[:, None]).squeeze(-1)                    # (b,)
+            engine_logp[rows[live].cpu(), t] = picked[live].double().cpu()
             stopped = live & torch.isin(tok, stop_ids)
             length[rows[stopped].cpu()] = t + 1
             hit_stop[rows[stopped].cpu()] = True
@@ -183,7 +197,7 @@ class TorchEngine:
         n_tok = length.tolist()
         return Rollouts([b // n for b in range(B)],
                         [out_tok[b, :n_tok[b]].tolist() for b in range(B)],
-                        [out_logp[b, :n_tok[b]].tolist() for b in range(B)],
+                        [engine_logp[b, :n_tok[b]].tolist() for b in range(B)],
                         ["stop" if s else "length" for s in hit_stop.tolist()])
 
     @torch.no_grad()
@@ -287,7 +301,7 @@ class VLLMEngine:
             if c.finish_reason not in ("stop", "length"):
                 raise RuntimeError(f"vLLM finished a rollout with {c.finish_reason!r}")
             out.token_ids.append(list(c.token_ids))
-            out.logprobs.append([lp[t].logprob for lp, t in zip(c.logprobs, c.token_ids)])
+            out.engine_logp.append([lp[t].logprob for lp, t in zip(c.logprobs, c.token_ids)])
             out.finish_reason.append(c.finish_reason)
         return out
 
@@ -425,8 +439,8 @@ def pack(prompts, completions, pad_token_id, device="cpu", share_prompts=False):
         for j, r in enumerate(rows):
             n = len(r["ids"])
             ids[j, :n], pos[j, :n], seg[j, :n] = (torch.tensor(r[k]) for k in ("ids", "pos", "seg"))
-        q = torch.arange(L)
-        mask = ((q[:, None] >= q[None, :])                              # causal
+        col = torch.arange(L)
+        mask = ((col[:, None] >= col[None, :])                          # causal
                 & ((seg[:, :, None] == seg[:, None, :]) | (seg[:, None, :] == 0))   # own segment or prompt
                 & (seg[:, None, :] >= 0) & (seg[:, :, None] >= 0))
         mask |= torch.eye(L, dtype=torch.bool)                          # padding attends to itself: no NaN
@@ -450,23 +464,25 @@ def completion_logits(model, batch, temperature=1.0):
     return logits.float() / temperature
 
 
-def token_logprobs(logits, batch):
-    """log pi(token) for each completion token: (S, Tc, V) logits -> (S, Tc), 0 where masked."""
+def token_logp(logits, batch):
+    """logp of each completion token: (S, Tc, V) logits -> (S, Tc), 0 where masked."""
     logp = logits.log_softmax(-1).gather(-1, batch["targets"][..., None]).squeeze(-1)
     return logp * batch["completion_mask"]
 
 
 @torch.no_grad()
-def completion_logprobs(model, prompts, completions, pad_token_id, temperature=1.0, batch_size=32):
-    """Per-token log-probs of fixed completions under `model`: a list of 1-D float tensors.
+def completion_logp(model, prompts, completions, pad_token_id, temperature=1.0, batch_size=32,
+                        share_prompts=False):
+    """Per-token log-probs of fixed completions under `model`, no gradient: a list of 1-D tensors.
 
-    Used for the engine-vs-trainer gap and by evaluate.py's Delta NLL_rare.
+    train.py's old log-probs (pi_old, before a step's first update) and evaluate.py's Delta NLL_rare.
     """
     device = next(model.parameters()).device
     result = []
     for s in range(0, len(prompts), batch_size):
-        batch = pack(prompts[s:s + batch_size], completions[s:s + batch_size], pad_token_id, device)
-        logp = token_logprobs(completion_logits(model, batch, temperature), batch).cpu()
+        batch = pack(prompts[s:s + batch_size], completions[s:s + batch_size], pad_token_id, device,
+                     share_prompts=share_prompts)
+        logp = token_logp(completion_logits(model, batch, temperature), batch).cpu()
         result += [logp[i, :len(c)] for i, c in enumerate(completions[s:s + batch_size])]
     return result
 
@@ -536,4 +552,4 @@ if __name__ == "__main__":
     r = engine.generate([[5, 6, 7], [8, 9]], n=2, seeds=[1, 2], max_new_tokens=8, stop_token_ids=[1])
     for i in range(2):
         print(f"prompt {r.prompt_index[i]}: {r.token_ids[i]} ({r.finish_reason[i]}), "
-              f"logp {[round(x, 2) for x in r.logprobs[i]]}")
+              f"logp {[round(x, 2) for x in r.engine_logp[i]]}")

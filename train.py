@@ -29,7 +29,6 @@ import gc
 import json
 import math
 import os
-import random
 import re
 import shutil
 import socket
@@ -55,8 +54,8 @@ from advantage import (CLIP_EPS, clip_bounds, ds_grpo_advantages, entropy_from_l
 from common import (MARKER, atomic_dir, atomic_write_json, atomic_write_text, check, check_min,
                     check_out_dir, check_positive, check_pretrained, check_utf8, mark_out_dir, parse_config,
                     refuse, remove_temp, replace_dir)
-from rollout import (completion_logits, make_engine, mix_seed, pack, sync_weights,
-                     token_logprobs)
+from rollout import (Rollouts, completion_logits, completion_logp, make_engine, mix_seed, pack,
+                     sync_weights, token_logp)
 
 
 @dataclass
@@ -222,85 +221,44 @@ def load_model(cfg, tokenizer, dtype=torch.float32):
 
 
 def shard(model, device):
-    """FSDP2: each decoder layer is its own unit, then the root (embeddings, norm, head).
+    """FSDP2: each transformer block is its own unit, then the root (embeddings, norm, head).
+    The blocks are the modules whose class the model names in _no_split_modules, which every HF
+    causal LM sets (a model that names none is one unit).
     On GPU: bf16 compute, fp32 master weights and fp32 gradient reductions. On CPU: all fp32."""
     mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) \
         if device.type == "cuda" else MixedPrecisionPolicy()
     model.to(device)
-    for layer in model.model.layers:
-        fully_shard(layer, mp_policy=mp)
+    blocks = set(getattr(model, "_no_split_modules", None) or ())     # e.g. {"Qwen2DecoderLayer"}
+    for module in model.modules():
+        if module is not model and type(module).__name__ in blocks:
+            fully_shard(module, mp_policy=mp)
     fully_shard(model, mp_policy=mp)
     return model
 
 
 # -----------------------------------------------------------------------------
-# Tasks: where prompts come from and how completions are scored
+# Tasks: where prompts come from and how completions are scored (common.Task)
 
 def make_task(cfg, tokenizer, model_type):
-    """A dict of what differs between tasks: prompt(global_index) -> (ids, answer), score(...),
-    stop ids, the response budget, how to show a completion, and the dataset size."""
     if cfg.task == "maze":
-        size = cfg.maze_size or maze.checkpoint_size(cfg.model)
-
-        def prompt(i):                                # training maze i, keyed by (seed, i) only
-            grid = maze.train_mazes(size, 1, random.Random(mix_seed(cfg.seed, i)))[0]
-            return maze.encode(tokenizer, [maze.prompt_text(grid)])[0], grid
-
-        def score(grids, completions):
-            return [maze.maze_reward(g, tokenizer.convert_ids_to_tokens(c))
-                    for g, c in zip(grids, completions)], {}
-
-        return dict(prompt=prompt, score=score, stop=[maze.EOS], size=size, num_prompts=None,
-                    max_new_tokens=maze.max_new_tokens_for(size),
-                    show=lambda ids: " ".join(tokenizer.convert_ids_to_tokens(ids)))
-
-    family = reward.model_family(model_type)           # chat template and stop tokens (Table 9)
-    problems = reward.load_training_problems(cfg.data, tokenizer, cfg.max_prompt_len, family=family)
-    check(len(problems) >= cfg.prompts_per_step,
-          f"--data {cfg.data}: {len(problems)} problems survive the filter, fewer than --prompts_per_step")
-    order = []                                         # a fresh permutation per epoch, keyed by seed
-
-    def prompt(i):
-        epoch, j = divmod(i, len(problems))
-        while len(order) <= epoch:
-            perm = list(range(len(problems)))
-            random.Random(mix_seed(cfg.seed, len(order))).shuffle(perm)
-            order.append(perm)
-        p = problems[order[epoch][j]]
-        return p["prompt_ids"], p["gold"]
-
-    def score(golds, completions):
-        texts = tokenizer.batch_decode(completions, skip_special_tokens=True)
-        return reward.score_batch(texts, golds)
-
-    return dict(prompt=prompt, score=score, stop=reward.stop_token_ids(tokenizer, family),
-                max_new_tokens=cfg.max_response_len, num_prompts=len(problems),
-                show=lambda ids: tokenizer.decode(ids))
+        return maze.make_task(tokenizer, cfg.maze_size or maze.checkpoint_size(cfg.model), cfg.seed,
+                              cfg.eval_mazes, cfg.eval_samples)
+    task = reward.make_task(tokenizer, cfg.data, reward.model_family(model_type), cfg.max_prompt_len,
+                            cfg.max_response_len, cfg.seed)
+    check(task.num_prompts >= cfg.prompts_per_step, f"--data {cfg.data}: {task.num_prompts} problems "
+          "survive the filter, fewer than --prompts_per_step")
+    return task
 
 
-def evaluate_maze(engine, tokenizer, task, cfg, rank, world):
-    """Held-out pass@1 under both reward rules; the mazes are split over ranks, counts summed
-    (a rank may get none when --eval_mazes < world)."""
-    grids = maze.heldout_mazes(task["size"], cfg.eval_mazes)[rank::world]
-    res = maze.evaluate_mazes(engine, tokenizer, grids, cfg.eval_samples, seed=cfg.seed)
-    walk, strict = all_sum(sum(res["walk"])), all_sum(sum(res["strict"]))
-    total = cfg.eval_mazes * cfg.eval_samples
-    return {"eval/pass@1": float(walk) / total, "eval/pass@1_strict": float(strict) / total}
+def evaluate_heldout(task, engine, rank, world):
+    """The task's held-out metrics: hits and trials summed over ranks, then divided."""
+    counts = task.evaluate(engine, rank, world)
+    summed = all_sum([x for hits_trials in counts.values() for x in hits_trials]).view(-1, 2)
+    return {k: float(hits) / float(trials) for k, (hits, trials) in zip(counts, summed)}
 
 
 # -----------------------------------------------------------------------------
 # The update: token-mean over the whole mini-batch, across micro-batches and ranks
-
-def sequence_logprobs(model, seqs, cfg, pad_id, device, grad=False):
-    """Trainer log-probs (and logits) of each sequence's completion, micro-batch by micro-batch."""
-    for s in range(0, len(seqs), cfg.micro_batch_size):
-        mb = seqs[s:s + cfg.micro_batch_size]
-        batch = pack([q["prompt"] for q in mb], [q["completion"] for q in mb], pad_id, device,
-                     share_prompts=cfg.share_prompts)
-        with torch.set_grad_enabled(grad):
-            logits = completion_logits(model, batch, cfg.temperature)          # (b, Tc, V)
-            yield mb, batch, logits, token_logprobs(logits, batch)             # (b, Tc)
-
 
 def padded(rows, like):
     """A list of 1-D per-token tensors -> (b, Tc) shaped like `like`, zero-padded."""
@@ -310,44 +268,49 @@ def padded(rows, like):
     return out
 
 
-def update_minibatch(model, ref_model, seqs, cfg, pad_id, device, world):
-    """Accumulate the gradient of one mini-batch. Returns its metrics, summed over ranks.
+def update_minibatch(model, ref_model, prompts, completions, A, old_logp, *, on_policy, cfg, pad_id, device,
+                     world):
+    """Accumulate the gradient of one mini-batch of whole groups (the caller steps the optimizer).
 
-    Each sequence dict carries prompt, completion, adv and (unless on-policy) old_logp.
+    prompts, completions: token-id lists, one per sequence; A: (S,) advantages; old_logp: per-sequence
+    log-probs under pi_old, or None when on_policy: then the first forward IS pi_old (deviation 4)
+    and the ratio is exactly 1. Returns (metrics summed over ranks, logp of each completion before
+    this update, as 1-D CPU tensors).
     The loss of every micro-batch is divided by the GLOBAL token count of the mini-batch, so the
     accumulated gradient is the exact token mean (PAPER §3.3, IMPLEMENTATION_NOTES §1.5). FSDP
     averages gradients over ranks; multiplying by world undoes that, leaving the global sum / n_tok.
     """
-    n_tok = all_sum(sum(len(q["completion"]) for q in seqs)).to(device=device, dtype=torch.float32)
-    sums = {}
-    for mb, batch, logits, logp in sequence_logprobs(model, seqs, cfg, pad_id, device, grad=True):
-        mask = batch["completion_mask"]
-        on_policy = "old_logp" not in mb[0]
-        old = logp.detach() if on_policy else padded([q["old_logp"] for q in mb], logp)
-        adv = torch.tensor([q["adv"] for q in mb], device=device)
-        loss, diag = policy_loss(logp, old, adv, mask, cfg.loss, cfg.eps_low, cfg.eps_high,
-                                 cfg.dual_clip, num_tokens=n_tok)
+    assert on_policy == (old_logp is None), "on-policy updates reuse the first forward; others need old_logp"
+    n_tok = all_sum(sum(len(c) for c in completions)).to(device=device, dtype=torch.float32)
+    sums, first_logp = {}, []
+    for s in range(0, len(completions), cfg.micro_batch_size):
+        mb = slice(s, s + cfg.micro_batch_size)
+        batch = pack(prompts[mb], completions[mb], pad_id, device, share_prompts=cfg.share_prompts)
+        mask = batch["completion_mask"]                                              # (b, Tc)
+        logits = completion_logits(model, batch, cfg.temperature)                    # (b, Tc, V)
+        logp = token_logp(logits, batch)                                         # (b, Tc)
+        old = logp.detach() if on_policy else padded(old_logp[mb], logp)             # (b, Tc)
+        loss, diag = policy_loss(logp, old, A[mb].to(device), mask, cfg.loss, cfg.eps_low, cfg.eps_high,
+                                 cfg.dual_clip, num_tokens=n_tok)                    # Eqs. 14-16
         with torch.set_grad_enabled(cfg.entropy_coef > 0):
             H = token_mean(entropy_from_logits(logits), mask, n_tok)
         diag["entropy"], diag["loss/pg"] = H.detach(), loss.detach()
-        if cfg.entropy_coef > 0:                                            # GRPO-H
+        if cfg.entropy_coef > 0:                                                     # GRPO-H
             loss = loss - cfg.entropy_coef * H
-        if ref_model is not None:                                           # GRPO-KL
+        if ref_model is not None:                                                    # GRPO-KL
             with torch.no_grad():
-                ref = token_logprobs(completion_logits(ref_model, batch, cfg.temperature), batch)
-            kl = token_mean(kl_k3(logp, ref), mask, n_tok)
+                ref_logp = token_logp(completion_logits(ref_model, batch, cfg.temperature), batch)
+            kl = token_mean(kl_k3(logp, ref_logp), mask, n_tok)
             loss = loss + cfg.kl_coef * kl
             diag["kl/k3"] = kl.detach()
         (loss * world).backward()
-        if on_policy:                 # the first forward IS the pre-update policy: log the gap here
-            for q, lp in zip(mb, logp.detach()):
-                q["trainer_logp"] = lp[:len(q["completion"])].cpu()
+        first_logp += [lp[:len(c)].cpu() for lp, c in zip(logp.detach(), completions[mb])]
         for k, v in diag.items():
             sums[k] = max(sums.get(k, 0.0), float(v)) if k == "ratio/max" else sums.get(k, 0.0) + float(v)
     ratio_max = sums.pop("ratio/max")
     out = dict(zip(sums, all_sum(list(sums.values())).tolist()))
     out["ratio/max"] = float(all_max(ratio_max))
-    return out
+    return out, first_logp
 
 
 def clip_and_step(model, opt, cfg, lr):
@@ -468,6 +431,7 @@ def git_sha():
 # -----------------------------------------------------------------------------
 
 def main(cfg):
+    # 0) set up: process group, checks, tokenizer, policy + engine (+ reference), optimizer, task, resume
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     rank, world, device = init_dist(cfg.device)
@@ -476,11 +440,100 @@ def main(cfg):
     ckpt, meta = check_run(cfg, world, out)
     tokenizer = reward.load_tokenizer(cfg.tokenizer or cfg.model)   # AutoTokenizer + Llama offline
     pad = reward.pad_id(tokenizer)
-    lo, hi = clip_bounds(cfg.loss, cfg.eps_low, cfg.eps_high)
-    print0(f"loss {cfg.loss}: ratio bounds [{lo:.2f}, {hi:.2f}]"
-           + (" (CISPO weight bounds)" if cfg.loss == "cispo" else f", dual clip {cfg.dual_clip}")
-           + f" | gamma {cfg.gamma} | N {cfg.group_size} | world {world} | device {device}")
+    print0(describe(cfg, world, device))
+    model, ref_model, engine, opt = build(cfg, tokenizer, pad, device)
+    task = make_task(cfg, tokenizer, model.config.model_type)
+    start = load_checkpoint(model, opt, ckpt, meta) if ckpt is not None else 0
+    sync_weights(model, engine)                    # the engine samples from exactly these weights
+    logger = start_logging(cfg, out, task, world, start)
+    num_minibatches = cfg.prompts_per_step // cfg.mini_batch_prompts   # optimizer steps per RL step
+    on_policy = num_minibatches == 1
+    for step in range(start, cfg.steps):
+        t0 = time.perf_counter()
+        # 1) rollouts: N per prompt, seeded by (seed, step, prompt index), never by rank
+        idx = prompt_indices(cfg, step, rank, world)
+        items = [task.prompt(i) for i in idx]                   # (prompt ids, answer)
+        rollouts = engine.generate([ids for ids, _ in items], cfg.group_size,
+                                   seeds=[mix_seed(cfg.seed, step, i) for i in idx],
+                                   max_new_tokens=task.max_new_tokens, stop_token_ids=task.stop_token_ids,
+                                   temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k)
+        t_rollout = time.perf_counter() - t0
+        engine.sleep()                        # vLLM on GPU: free its memory for the update
 
+        # 2) rewards and 3) advantages, group by group (all N rollouts of a prompt are on this rank)
+        prompts = [items[i][0] for i in rollouts.prompt_index]
+        completions = rollouts.token_ids
+        rewards, reward_stats = task.score([items[i][1] for i in rollouts.prompt_index], completions)
+        R = torch.tensor(rewards, dtype=torch.float32).view(len(idx), cfg.group_size)  # (P, N)
+        A_pre = group_advantages(R)                                                    # Eq. 3
+        if cfg.ds_grpo:
+            lbar = torch.tensor([sum(e) / max(len(e), 1) for e in rollouts.engine_logp])
+            A, g = ds_grpo_advantages(R, lbar.view_as(R)), torch.ones(len(idx))
+        else:
+            A, g = focal_advantages(R, cfg.gamma)                                      # Eq. 13
+        t_reward = time.perf_counter() - t0 - t_rollout
+
+        # 4) old log-probs with the trainer's own forward, unless the update is exactly on-policy
+        old_logp = None if on_policy else completion_logp(
+            model, prompts, completions, pad, cfg.temperature, cfg.micro_batch_size, cfg.share_prompts)
+
+        # 5) one optimizer step per mini-batch of whole groups
+        lr = cfg.lr * min(1.0, (step + 1) / cfg.warmup_steps) if cfg.warmup_steps else cfg.lr
+        per_mb = len(completions) // num_minibatches
+        update_stats, grad_norms, first_logp = {}, [], []
+        for k in range(num_minibatches):
+            mb = slice(k * per_mb, (k + 1) * per_mb)
+            stats, logp = update_minibatch(model, ref_model, prompts[mb], completions[mb], A.flatten()[mb],
+                                           None if on_policy else old_logp[mb], on_policy=on_policy, cfg=cfg,
+                                           pad_id=pad, device=device, world=world)
+            grad_norms.append(clip_and_step(model, opt, cfg, lr))
+            first_logp += logp
+            for key, v in stats.items():
+                update_stats[key] = (max(update_stats.get(key, 0.0), v) if key == "ratio/max"
+                                     else update_stats.get(key, 0.0) + v / num_minibatches)
+        if on_policy:
+            old_logp = first_logp             # the first forward IS pi_old (deviation 4)
+        t_train = time.perf_counter() - t0 - t_rollout - t_reward
+
+        # 6) weight sync, so the next rollouts come from the updated policy
+        engine.wake_up()
+        t_sync = sync_weights(model, engine)
+
+        # 7) metrics (all-reduced), held-out evaluation, one log line, a sample, a checkpoint
+        metrics = step_metrics(StepResult(
+            step + 1, R, A_pre, A, g, rollouts, old_logp, reward_stats,
+            update_stats, grad_norms, lr, {"rollout": t_rollout, "reward": t_reward, "train": t_train,
+                                           "weight_sync": t_sync, "step": time.perf_counter() - t0}))
+        if task.evaluate and ((cfg.eval_every and (step + 1) % cfg.eval_every == 0) or step + 1 == cfg.steps):
+            metrics.update(evaluate_heldout(task, engine, rank, world))
+        if rank == 0:
+            logger(metrics)
+            if cfg.sample_every and step % cfg.sample_every == 0:
+                print(f"  sample (reward {rewards[0]:.0f}): {task.show(completions[0])[-300:]!r}", flush=True)
+        if (step + 1) % cfg.save_every == 0 or step + 1 == cfg.steps:
+            save_checkpoint(model, opt, step + 1, cfg, out)
+
+    # 8) export, then free everything that holds the process group (FSDP's device mesh) before
+    # destroying it: a group freed later, during interpreter exit, can abort a gloo rank
+    # ("terminate called without an active exception") after all the work is done.
+    export(model, tokenizer, out, cfg.model)
+    dist.barrier()
+    engine.close()          # vLLM destroys the process groups it joined, the default one included
+    del model, opt, ref_model, engine
+    gc.collect()
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def describe(cfg, world, device):
+    lo, hi = clip_bounds(cfg.loss, cfg.eps_low, cfg.eps_high)
+    return (f"loss {cfg.loss}: ratio bounds [{lo:.2f}, {hi:.2f}]"
+            + (" (CISPO weight bounds)" if cfg.loss == "cispo" else f", dual clip {cfg.dual_clip}")
+            + f" | gamma {cfg.gamma} | N {cfg.group_size} | world {world} | device {device}")
+
+
+def build(cfg, tokenizer, pad, device):
+    """(policy sharded, reference sharded or None, rollout engine, optimizer)."""
     model = load_model(cfg, tokenizer)
     # The engine holds its own unsharded copy of the policy (bf16 on GPU), refreshed every step.
     engine_dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
@@ -493,100 +546,30 @@ def main(cfg):
     model = shard(model, device)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(cfg.adam_beta1, cfg.adam_beta2),
                             weight_decay=cfg.weight_decay)
-    task = make_task(cfg, tokenizer, model.config.model_type)
-    start = load_checkpoint(model, opt, ckpt, meta) if ckpt is not None else 0
-    sync_weights(model, engine)                    # the engine samples from exactly these weights
-    if rank == 0:
-        out.mkdir(parents=True, exist_ok=True)
-        atomic_write_json(out / "run.json", {"config": asdict(cfg), "git": git_sha(), "world": world,
-                                             "torch": torch.__version__, "argv": sys.argv,
-                                             "num_prompts": task["num_prompts"]})
-        keep_metrics_until(out / "metrics.jsonl", start)
-    logger = make_logger(cfg, out) if rank == 0 else None
+    return model, ref_model, engine, opt
+
+
+def start_logging(cfg, out, task, world, start):
+    """Rank 0 writes run.json, drops metrics logged after the checkpoint, and gets the logger."""
     if start:
         print0(f"resumed from step {start}")
+    if dist.get_rank() != 0:
+        return None
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(out / "run.json", {"config": asdict(cfg), "git": git_sha(), "world": world,
+                                         "torch": torch.__version__, "argv": sys.argv,
+                                         "num_prompts": task.num_prompts})
+    keep_metrics_until(out / "metrics.jsonl", start)
+    return make_logger(cfg, out)
 
-    M = cfg.prompts_per_step // cfg.mini_batch_prompts  # optimizer steps per RL step
-    share = cfg.mini_batch_prompts // world             # this rank's prompts in each mini-batch
-    P_rank = M * share
-    for step in range(start, cfg.steps):
-        t0 = time.perf_counter()
-        # 1) rollouts. Global mini-batch m of this step holds data indices step*P + m*mb + [0, mb);
-        # rank r owns a slice of each, so every world size forms the same mini-batches.
-        idx = [step * cfg.prompts_per_step + m * cfg.mini_batch_prompts + rank * share + j
-               for m in range(M) for j in range(share)]
-        items = [task["prompt"](i) for i in idx]
-        rollouts = engine.generate([ids for ids, _ in items], cfg.group_size,
-                                   seeds=[mix_seed(cfg.seed, step, i) for i in idx],
-                                   max_new_tokens=task["max_new_tokens"], stop_token_ids=task["stop"],
-                                   temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k)
-        t_rollout = time.perf_counter() - t0
-        engine.sleep()                        # vLLM on GPU: free its memory for the update
 
-        # 2) rewards and 3) advantages, group by group (all N rollouts of a prompt are on this rank)
-        answers = [items[i][1] for i in rollouts.prompt_index]
-        rewards, reward_stats = task["score"](answers, rollouts.token_ids)
-        R = torch.tensor(rewards, dtype=torch.float32).view(P_rank, cfg.group_size)    # (P, N)
-        adv_pre = group_advantages(R)                                                  # Eq. 3
-        if cfg.ds_grpo:
-            lbar = torch.tensor([sum(lp) / max(len(lp), 1) for lp in rollouts.logprobs])
-            adv, g = ds_grpo_advantages(R, lbar.view_as(R)), torch.ones(P_rank)
-        else:
-            adv, g = focal_advantages(R, cfg.gamma)                                    # Eq. 13
-        seqs = [{"prompt": items[i][0], "completion": c, "adv": float(a), "engine_logp": lp}
-                for i, c, a, lp in zip(rollouts.prompt_index, rollouts.token_ids,
-                                       adv.flatten().tolist(), rollouts.logprobs)]
-        t_reward = time.perf_counter() - t0 - t_rollout
-
-        # 4) old log-probs with the trainer's own forward, unless the update is exactly on-policy
-        if M > 1:
-            for mb, _, _, logp in sequence_logprobs(model, seqs, cfg, pad, device):
-                for q, lp in zip(mb, logp):
-                    q["old_logp"] = q["trainer_logp"] = lp[:len(q["completion"])].cpu()
-
-        # 5) M optimizer steps, each on a mini-batch of whole groups
-        lr = cfg.lr * min(1.0, (step + 1) / cfg.warmup_steps) if cfg.warmup_steps else cfg.lr
-        per_mb = len(seqs) // M
-        stats, grad_norms = {}, []
-        for m in range(M):
-            mstats = update_minibatch(model, ref_model, seqs[m * per_mb:(m + 1) * per_mb], cfg, pad,
-                                      device, world)
-            grad_norms.append(clip_and_step(model, opt, cfg, lr))
-            for k, v in mstats.items():
-                stats[k] = max(stats.get(k, 0.0), v) if k == "ratio/max" else stats.get(k, 0.0) + v / M
-        t_train = time.perf_counter() - t0 - t_rollout - t_reward
-
-        # 6) weight sync, so the next rollouts come from the updated policy
-        engine.wake_up()
-        t_sync = sync_weights(model, engine)
-
-        # 7) metrics (all-reduced) and one log line
-        metrics = {"step": step + 1, **step_metrics(cfg, R, adv_pre, adv, g, rollouts, seqs, stats,
-                                                     grad_norms, lr, reward_stats)}
-        dt = time.perf_counter() - t0
-        metrics.update({"time/rollout": t_rollout, "time/reward": t_reward, "time/train": t_train,
-                        "time/weight_sync": t_sync, "time/step": dt,
-                        "tok_per_s": metrics["tokens"] / dt, "tok_per_s/rollout": metrics["tokens"] / t_rollout})
-        if cfg.task == "maze" and cfg.eval_mazes and ((cfg.eval_every and (step + 1) % cfg.eval_every == 0)
-                                                      or step + 1 == cfg.steps):
-            metrics.update(evaluate_maze(engine, tokenizer, task, cfg, rank, world))
-        if rank == 0:
-            logger(metrics)
-            if cfg.sample_every and step % cfg.sample_every == 0:
-                print(f"  sample (reward {rewards[0]:.0f}): {task['show'](rollouts.token_ids[0])[-300:]!r}",
-                      flush=True)
-        if (step + 1) % cfg.save_every == 0 or step + 1 == cfg.steps:
-            save_checkpoint(model, opt, step + 1, cfg, out)
-    export(model, tokenizer, out, cfg.model)
-    # Free everything that holds the process group (FSDP's device mesh) before destroying it: a
-    # group freed later, during interpreter exit, can abort a gloo rank ("terminate called without
-    # an active exception") after all the work is done.
-    dist.barrier()
-    engine.close()          # vLLM destroys the process groups it joined, the default one included
-    del model, opt, ref_model, engine
-    gc.collect()
-    if dist.is_initialized():
-        dist.destroy_process_group()
+def prompt_indices(cfg, step, rank, world):
+    """This rank's global prompt indices for `step`. Global mini-batch k of the step holds indices
+    step * prompts_per_step + k * mini_batch_prompts + [0, mini_batch_prompts); rank r owns a slice
+    of each, so every world size forms the same mini-batches."""
+    per_rank = cfg.mini_batch_prompts // world          # this rank's prompts in each mini-batch
+    return [step * cfg.prompts_per_step + k * cfg.mini_batch_prompts + rank * per_rank + j
+            for k in range(cfg.prompts_per_step // cfg.mini_batch_prompts) for j in range(per_rank)]
 
 
 def check_run(cfg, world, out):
@@ -636,33 +619,54 @@ def remove_killed_saves(out, ckpt_root):
         mark_out_dir(final, os.listdir(final))
 
 
-def step_metrics(cfg, R, adv_pre, adv, g, rollouts, seqs, stats, grad_norms, lr, extra):
+@dataclass
+class StepResult:
+    """What one RL step produced on this rank: the inputs of step_metrics."""
+    step: int                 # 1-based, as logged
+    R: torch.Tensor           # (P, N) rewards
+    A_pre: torch.Tensor       # (P, N) advantages before the focal weight (Eq. 3)
+    A: torch.Tensor           # (P, N) advantages the update used (Eq. 13, or DS-GRPO)
+    g: torch.Tensor           # (P,) focal weight (Eq. 12)
+    rollouts: Rollouts
+    old_logp: list            # per completion, the trainer's log-probs under pi_old
+    reward_stats: dict        # task.score's counts, logged as reward/NAME
+    update_stats: dict        # update_minibatch's metrics, averaged over mini-batches (ratio/max: max)
+    grad_norms: list          # pre-clip, one per optimizer step
+    lr: float
+    seconds: dict             # wall-clock per phase, logged as time/NAME
+
+
+def step_metrics(r):
     """The diagnostics of IMPLEMENTATION_NOTES §5 for this step, over all ranks.
 
     Counts are summed over ranks first and divided after, so every mean is over the global batch.
     """
+    R, A_pre, A, g = r.R, r.A_pre, r.A, r.g
     mixed = R.std(1) > 0                                                  # (P,) groups with signal
-    lens = torch.tensor([len(c) for c in rollouts.token_ids], dtype=torch.float64)
-    gap = torch.cat([(torch.tensor(q["engine_logp"]) - q["trainer_logp"]).abs() for q in seqs])
+    lens = torch.tensor([len(c) for c in r.rollouts.token_ids], dtype=torch.float64)
+    gap = torch.cat([(torch.tensor(e) - o).abs() for e, o in zip(r.rollouts.engine_logp, r.old_logp)])
     sums = {"groups": R.shape[0], "rollouts": R.numel(), "reward": R.sum(),
             "all_correct": (R.min(1).values >= 1).sum(),
             "all_wrong": (R.max(1).values <= 0).sum(), "g": g.sum(), "g_mixed": g[mixed].sum(),
-            "mixed": mixed.sum(), "adv_pre": adv_pre.abs().sum(), "adv_post": adv.abs().sum(),
-            "tokens": lens.sum(), "trunc": sum(r == "length" for r in rollouts.finish_reason),
-            "gap": gap.sum(), "gap_n": gap.numel(), **extra}
+            "mixed": mixed.sum(), "adv_pre": A_pre.abs().sum(), "adv_post": A.abs().sum(),
+            "tokens": lens.sum(), "trunc": sum(f == "length" for f in r.rollouts.finish_reason),
+            "gap": gap.sum(), "gap_n": gap.numel(), **r.reward_stats}
     s = dict(zip(sums, all_sum([float(v) for v in sums.values()]).tolist()))
     len_max, gap_max = all_max([lens.max(), gap.max() if gap.numel() else 0.0]).tolist()
     n = s["rollouts"]
-    m = {"reward/mean": s["reward"] / n,
-         "groups/all_correct": s["all_correct"] / s["groups"], "groups/all_wrong": s["all_wrong"] / s["groups"],
-         "focal/g_mean": s["g"] / s["groups"], "focal/g_mean_mixed": s["g_mixed"] / max(s["mixed"], 1),
-         "adv/abs_mean_pre": s["adv_pre"] / n, "adv/abs_mean_post": s["adv_post"] / n,
-         "len/mean": s["tokens"] / n, "len/max": len_max, "trunc/frac": s["trunc"] / n,
-         "logp/diff_abs_mean": s["gap"] / max(s["gap_n"], 1), "logp/diff_max": gap_max,
-         "grad_norm": sum(grad_norms) / len(grad_norms), "lr": lr, "tokens": s["tokens"]}
-    m.update({f"reward/{k}": s[k] for k in extra})
-    m.update(stats)
-    return m
+    metrics = {"step": r.step, "reward/mean": s["reward"] / n,
+               "groups/all_correct": s["all_correct"] / s["groups"], "groups/all_wrong": s["all_wrong"] / s["groups"],
+               "focal/g_mean": s["g"] / s["groups"], "focal/g_mean_mixed": s["g_mixed"] / max(s["mixed"], 1),
+               "adv/abs_mean_pre": s["adv_pre"] / n, "adv/abs_mean_post": s["adv_post"] / n,
+               "len/mean": s["tokens"] / n, "len/max": len_max, "trunc/frac": s["trunc"] / n,
+               "logp/diff_abs_mean": s["gap"] / max(s["gap_n"], 1), "logp/diff_max": gap_max,
+               "grad_norm": sum(r.grad_norms) / len(r.grad_norms), "lr": r.lr, "tokens": s["tokens"]}
+    metrics.update({f"reward/{k}": s[k] for k in r.reward_stats})
+    metrics.update(r.update_stats)
+    metrics.update({f"time/{k}": v for k, v in r.seconds.items()})
+    metrics.update({"tok_per_s": s["tokens"] / r.seconds["step"],
+                    "tok_per_s/rollout": s["tokens"] / r.seconds["rollout"]})
+    return metrics
 
 
 def keep_metrics_until(path, step):

@@ -363,7 +363,7 @@ class ScriptedEngine:
                 ids = self.tok(completion_text(moves))["input_ids"]
                 out.prompt_index.append(i)
                 out.token_ids.append(ids)
-                out.logprobs.append([0.0] * len(ids))
+                out.engine_logp.append([0.0] * len(ids))
                 out.finish_reason.append("stop")
         return out
 

@@ -5,8 +5,8 @@ import pytest
 import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
-from rollout import (TorchEngine, completion_logits, completion_logprobs, make_buckets, mix_seed, pack,
-                     sample_from_uniform, sampling_logprobs, sync_weights, token_logprobs)
+from rollout import (TorchEngine, completion_logits, completion_logp, make_buckets, mix_seed, pack,
+                     sample_from_uniform, sampling_logprobs, sync_weights, token_logp)
 
 V, STOP = 16, 1
 
@@ -35,8 +35,8 @@ def test_engine_logprobs_match_trainer_forward():
     lens = {len(t) for t in r.token_ids}
     assert len(lens) > 2                                                  # rows left at different steps
     prompts = [PROMPTS[i] for i in r.prompt_index]
-    ref = completion_logprobs(model, prompts, r.token_ids, pad_token_id=0, batch_size=5)
-    for got, want in zip(r.logprobs, ref):
+    ref = completion_logp(model, prompts, r.token_ids, pad_token_id=0, batch_size=5)
+    for got, want in zip(r.engine_logp, ref):
         assert torch.allclose(torch.tensor(got), want, atol=1e-5)
 
 
@@ -148,7 +148,7 @@ def test_bad_inputs():
     with pytest.raises(ValueError, match="empty prompt"):
         engine.generate([[]], n=2, seeds=[1], max_new_tokens=2, stop_token_ids=[STOP])
     assert math.isfinite(sum(engine.generate([[3]], 1, [0], max_new_tokens=2,
-                                             stop_token_ids=[STOP]).logprobs[0]))
+                                             stop_token_ids=[STOP]).engine_logp[0]))
 
 
 def test_shared_prompt_layout_gives_the_same_logprobs():
@@ -162,7 +162,7 @@ def test_shared_prompt_layout_gives_the_same_logprobs():
     shared = pack(prompts, completions, 0, share_prompts=True)
     assert shared["input_ids"].shape[0] == 3                       # three runs of equal prompts
     with torch.no_grad():
-        a = token_logprobs(completion_logits(model, plain), plain)
-        b = token_logprobs(completion_logits(model, shared), shared)
+        a = token_logp(completion_logits(model, plain), plain)
+        b = token_logp(completion_logits(model, shared), shared)
     assert torch.equal(plain["completion_mask"], shared["completion_mask"])
     assert torch.allclose(a, b, atol=1e-5) and a.abs().sum() > 0

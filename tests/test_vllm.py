@@ -25,8 +25,8 @@ pytest.importorskip("vllm", reason="vLLM is not installed (CPU: pip install vllm
 pytestmark = pytest.mark.slow             # vLLM's engine start-up alone takes seconds
 
 import maze  # noqa: E402
-from rollout import (Rollouts, completion_logits, completion_logprobs, make_engine, pack,  # noqa: E402
-                     sampling_logprobs, sync_weights, token_logprobs)
+from rollout import (Rollouts, completion_logits, completion_logp, make_engine, pack,  # noqa: E402
+                     sampling_logprobs, sync_weights, token_logp)
 
 ROOT = Path(__file__).resolve().parents[1]
 TOL = 1e-4
@@ -65,7 +65,7 @@ def test_rollouts_follow_the_contract(setup):
     r = sample(engine, prompts, [1, 2, 3])
     assert isinstance(r, Rollouts) and r.prompt_index == [0] * 4 + [1] * 4 + [2] * 4
     assert {"stop", "length"} <= set(r.finish_reason)                     # both paths exercised
-    for ids, lps, why in zip(r.token_ids, r.logprobs, r.finish_reason):
+    for ids, lps, why in zip(r.token_ids, r.engine_logp, r.finish_reason):
         assert len(lps) == len(ids) and all(lp <= 0 for lp in lps)
         assert maze.EOS not in ids[:-1]                                   # nothing after a stop
         assert why == ("stop" if ids[-1] == maze.EOS else "length")
@@ -141,21 +141,21 @@ def test_a_batch_larger_than_one_step_keeps_its_seeds(setup):
 
 
 def test_sampled_logprobs_match_the_trainer(setup):
-    """At T = 1 the engine's log-probs equal the trainer's completion_logprobs; at T = 0.7 with
+    """At T = 1 the engine's log-probs equal the trainer's completion_logp; at T = 0.7 with
     top-p 0.9 they equal rollout.sampling_logprobs of the trainer's logits: vLLM returns the
     log-probs of the distribution it sampled from ("processed_logprobs"), not the raw ones."""
     engine, model, prompts = setup["engine"], setup["model"], setup["prompts"]
     r = sample(engine, prompts, [11, 12, 13])
     seq_prompts = [prompts[i] for i in r.prompt_index]
-    ref = completion_logprobs(model, seq_prompts, r.token_ids, pad_token_id=maze.PAD)
-    for got, want in zip(r.logprobs, ref):
+    ref = completion_logp(model, seq_prompts, r.token_ids, pad_token_id=maze.PAD)
+    for got, want in zip(r.engine_logp, ref):
         assert torch.allclose(torch.tensor(got), want, atol=TOL, rtol=0)
 
     r = sample(engine, prompts, [11, 12, 13], temperature=0.7, top_p=0.9)
     batch = pack([prompts[i] for i in r.prompt_index], r.token_ids, maze.PAD)
     logits = completion_logits(model, batch)                               # (B, Tc, V) at T = 1
     raw_gap = 0.0
-    for b, (ids, got) in enumerate(zip(r.token_ids, r.logprobs)):
+    for b, (ids, got) in enumerate(zip(r.token_ids, r.engine_logp)):
         logp = sampling_logprobs(logits[b, :len(ids)], 0.7, 0.9)          # (Tc, V)
         want = logp.gather(-1, torch.tensor(ids)[:, None]).squeeze(-1)
         assert torch.allclose(torch.tensor(got), want, atol=TOL, rtol=0)
@@ -172,11 +172,11 @@ def test_weight_sync_after_a_training_step(setup):
     leaves gaps above 1). sleep/wake_up are called as train.py calls them (no-ops on CPU)."""
     engine, model, prompts = setup["engine"], setup["model"], setup["prompts"]
 
-    def trainer_logprobs(m, r):
-        return completion_logprobs(m, [prompts[i] for i in r.prompt_index], r.token_ids, maze.PAD)
+    def trainer_logp(m, r):
+        return completion_logp(m, [prompts[i] for i in r.prompt_index], r.token_ids, maze.PAD)
 
     r = sample(engine, prompts, [14, 15, 16])
-    for got, want in zip(r.logprobs, trainer_logprobs(model, r)):
+    for got, want in zip(r.engine_logp, trainer_logp(model, r)):
         assert torch.allclose(torch.tensor(got), want, atol=TOL, rtol=0)
 
     old = copy.deepcopy(model)
@@ -187,7 +187,7 @@ def test_weight_sync_after_a_training_step(setup):
     batch = pack(prompts, completions, maze.PAD)
     # The step makes these completions LESS likely, so the rollouts after it stay long and varied;
     # raising them instead makes every rollout a lone <eos> of log-prob ~0, which checks little.
-    loss = token_logprobs(completion_logits(model, batch), batch).sum()
+    loss = token_logp(completion_logits(model, batch), batch).sum()
     loss.backward()
     opt.step()
     model.eval()
@@ -196,7 +196,7 @@ def test_weight_sync_after_a_training_step(setup):
 
     r = sample(engine, prompts, [14, 15, 16])
     assert sum(map(len, r.token_ids)) > 100                               # many positions checked
-    for got, want, stale in zip(r.logprobs, trainer_logprobs(model, r), trainer_logprobs(old, r)):
+    for got, want, stale in zip(r.engine_logp, trainer_logp(model, r), trainer_logp(old, r)):
         assert torch.allclose(torch.tensor(got), want, atol=TOL, rtol=0)
         assert (torch.tensor(got) - stale).abs().mean() > 0.1              # the step really moved them
 

@@ -50,9 +50,9 @@ def main(out, micro_batch_size, loss, share_prompts):
     seqs = fixture()
     per_rank = len(seqs) // world                   # whole groups: 16 / world is a multiple of N = 4
     mine = seqs[rank * per_rank:(rank + 1) * per_rank]
-    for q in mine:
-        q["old_logp"] = q["old_logp"].double()
-    stats = train.update_minibatch(model, None, mine, cfg, pad_id=0, device=device, world=world)
+    stats, _ = train.update_minibatch(model, None, [q["prompt"] for q in mine], [q["completion"] for q in mine],
+                                      torch.tensor([q["adv"] for q in mine]), [q["old_logp"].double() for q in mine],
+                                      on_policy=False, cfg=cfg, pad_id=0, device=device, world=world)
     grads = {n: p.grad.full_tensor() for n, p in model.named_parameters()}
     if rank == 0:
         torch.save({"stats": stats, "grads": grads}, out)
