@@ -165,6 +165,11 @@ def initial_logits(cfg):
     return z
 
 
+def initial_q_pos(cfg):
+    """Q_pos of pi_0, the level C1 measures growth from (0.630 for the paper's logits)."""
+    return float(torch.softmax(initial_logits(cfg), 0)[: cfg.num_correct].sum())
+
+
 def reward_vector(cfg):
     R = torch.full((cfg.num_actions,), cfg.r_wrong)         # (K,)
     R[: cfg.num_correct] = cfg.r_correct
@@ -474,6 +479,9 @@ def softmax_change(p, dz):
     return p * (e - z1) / (1 + z1)
 
 
+ONE_STEP_DRAWS = 200     # batches per N in the default run's one-step check
+
+
 def one_step_check(cfg, group_sizes, draws, seed=0):
     """The first step from pi_0 at each N, mean over `draws` batches (gamma = 0, float64):
     Pr(B) of Lemma 3.1 for one non-anchor correct action; E[Q_u,pos], the correct mass the batch misses;
@@ -484,7 +492,6 @@ def one_step_check(cfg, group_sizes, draws, seed=0):
     z0, R = initial_logits(cfg).double(), reward_vector(cfg).double()
     p_t = torch.softmax(z0, 0)
     p, correct = p_t.numpy(), np.arange(K) < C
-    q0 = p[:C].sum()
     out = []
     for n in group_sizes:
         rng = np.random.default_rng([seed, n, 1])
@@ -509,7 +516,7 @@ def one_step_check(cfg, group_sizes, draws, seed=0):
             dq = softmax_change(p, (z.detach()[0] - z0).numpy())
             acc["opt_dQ"].append(dq[correct].sum())
             acc["opt_dQu"].append(dq[missed].sum())
-        row = dict(N=n, Pr_B=float(tail_miss_probability(q0, p[1], n)))
+        row = dict(N=n, Pr_B=float(tail_miss_probability(p[:C].sum(), p[1], n)))
         for k, v in acc.items():
             row[k], row[k + "_se"] = float(np.mean(v)), float(np.std(v, ddof=1) / np.sqrt(len(v)))
         out.append(row)
@@ -556,25 +563,23 @@ def preference(st, held):
 
 
 def sensitivity(cfg, settings, group_sizes, seeds):
-    """Run every setting over group_sizes x cfg.gammas x seeds; judge the claims. Returns a list of
-    {setting, claims, runs} (runs without trajectories)."""
+    """Run every setting over group_sizes x cfg.gammas x seeds. Returns a list of {setting, runs}
+    (runs without trajectories)."""
     workers = cfg.workers or os.cpu_count()
     jobs = []
     for st in settings:
         c = dataclasses.replace(cfg, group_sizes=tuple(group_sizes), seeds=seeds, **st)
         jobs += [(c, rows) for rows in deal(all_rows(c), workers)]
     outputs = run_jobs(jobs, workers, desc="sensitivity")
-    q0 = float(torch.softmax(initial_logits(cfg), 0)[: cfg.num_correct].sum())
     results = []
     for st in settings:
         mine = [o for (c, _), o in zip(jobs, outputs) if all(getattr(c, k) == v for k, v in st.items())]
         runs = [{k: v for k, v in r.items() if k not in ("Q_pos", "M_ret")} for r in collect(cfg, mine)]
-        claims = judge_claims(runs, q0)
-        results.append(dict(setting=st, claims=claims, runs=runs))
+        results.append(dict(setting=st, runs=runs))
     return results
 
 
-def plot_sensitivity(results, path, weight_decay):
+def plot_sensitivity(results, path, weight_decay, q0):
     """Final M_ret and Q_pos against N, one colour per Adam eps; rows lr 1e-2 and 1e-3; gamma = 0 solid,
     gamma = 1 dashed. The one picture that shows eps deciding the regimes."""
     import matplotlib.pyplot as plt
@@ -594,7 +599,7 @@ def plot_sensitivity(results, path, weight_decay):
         for k, name in enumerate(("M_ret", "Q_pos")):
             ax[i, k].set(xscale="log", xlabel="group size N", ylabel=f"{name} at the last step", ylim=(0, 1.02),
                          title=f"{name}, AdamW lr {lr:g}, wd {weight_decay:g} (γ=0 solid, γ=1 dashed)")
-        ax[i, 1].axhline(0.630, color="0.5", lw=0.8, ls=":")                  # Q_pos at step 0
+        ax[i, 1].axhline(q0, color="0.5", lw=0.8, ls=":")                     # Q_pos at step 0
     ax[0, 0].legend(fontsize=8)
     save(fig, path)
 
@@ -603,22 +608,23 @@ def run_sensitivity(cfg, out):
     settings = SENSITIVITY["adamw"] + SENSITIVITY["others"]
     path = out / "sensitivity.json"
     if cfg.plot_only:
-        results = json.loads(path.read_text())["results"]
-        q0 = float(torch.softmax(initial_logits(cfg), 0)[: cfg.num_correct].sum())
-        for r in results:                                   # judged anew: the thresholds may have changed
-            r["claims"] = judge_claims(r["runs"], q0)
+        saved = json.loads(path.read_text())
+        results, q0 = saved["results"], saved["q_pos0"]
     else:
         t0 = time.perf_counter()
         results = sensitivity(cfg, settings, SENSITIVITY["group_sizes"], SENSITIVITY["seeds"])
+        q0 = initial_q_pos(cfg)
         atomic_write_json(path, dict(config=dataclasses.asdict(cfg), wall_s=round(time.perf_counter() - t0, 1),
-                                     results=results))
+                                     q_pos0=q0, results=results))
+    for r in results:                       # judged from the saved runs, so a new threshold needs no rerun
+        r["claims"] = judge_claims(r["runs"], q0)
     results.sort(key=lambda r: preference(r["setting"], sum(ok for ok, _ in r["claims"].values())))
     text = claims_table([(setting_label(r["setting"]), r["claims"]) for r in results])
     atomic_write_text(out / "sensitivity.md", text + "\n")
     print(text)
     print(f"most claims, closest to the paper: {setting_label(results[0]['setting'])}")
     for wd in (0.0, 0.01):
-        plot_sensitivity(results, out / f"fig2_sensitivity_wd{wd:g}.png", wd)
+        plot_sensitivity(results, out / f"fig2_sensitivity_wd{wd:g}.png", wd, q0)
     print(f"wrote {out}/sensitivity.json, sensitivity.md, fig2_sensitivity_wd*.png")
 
 
@@ -723,17 +729,17 @@ def main(cfg):
         timing = {"wall_s": round(time.perf_counter() - t0, 2), **{f"{k}_cpu_s": round(v, 2) for k, v in timing.items()}}
         res = dict(config=dataclasses.asdict(cfg), steps=steps, timing=timing, runs=runs)
         if cfg.surrogate == "distinct":                                       # Eq. 5 is the distinct reading
-            res["one_step"] = one_step_check(cfg, SENSITIVITY["group_sizes"], draws=200)
+            res["one_step"] = one_step_check(cfg, SENSITIVITY["group_sizes"], draws=ONE_STEP_DRAWS)
         atomic_write_json(out / "results.json", res)
         print("timing: " + " | ".join(f"{k} {v}" for k, v in timing.items()))
     print(table(res))
     Ns, gammas = {r["N"] for r in res["runs"]}, {r["gamma"] for r in res["runs"]}
     if {0.0, 1.0} <= gammas and min(Ns) <= SMALL < ZONE[1] < max(Ns) and any(ZONE[0] <= n <= ZONE[1] for n in Ns):
-        q0 = res["runs"][0]["Q_pos"][0]                                        # every regime is there: judge
+        q0 = res["runs"][0]["Q_pos"][0]                 # from the run itself: --plot_only has no other config
         claims = judge_claims([r for r in res["runs"] if r["gamma"] in (0, 1)], q0)
         print("\nThe paper's claims (PAPER §5), this run:\n" + claims_table([("this run", claims)]))
     if "one_step" in res:
-        print("\nThe first step from pi_0, mean over 200 batches:\n" + one_step_table(res["one_step"], cfg))
+        print(f"\nThe first step from pi_0, mean over {ONE_STEP_DRAWS} batches:\n" + one_step_table(res["one_step"], cfg))
     plot_fig2(res, out / "fig2.png")
     plot_fig3(out / "fig3.png")
     plot_fig5(out / "fig5.png")

@@ -376,3 +376,19 @@ def test_main_reduced_run_and_plot_only(tmp_path):
     mine = {(r["N"], r["gamma"], r["seed"]): r["Q_pos_final"] for r in res["runs"]}
     for i, key in enumerate(rows):
         assert abs(log["Q_pos"][-1][i] - mine[key]) < 1e-6
+
+
+def test_sensitivity_keeps_each_settings_runs_apart():
+    """The study runs every setting in one pool; each setting must get back its own rows, equal to a
+    run of that setting alone."""
+    cfg = small_cfg(steps=20, workers=1)
+    settings = [dict(optimizer="adamw", lr=0.05, adam_eps=1e-8, weight_decay=0.0),
+                dict(optimizer="signsgd", lr=0.05, adam_eps=1e-30, weight_decay=0.0)]
+    results = S.sensitivity(cfg, settings, group_sizes=(2, 16), seeds=2)
+    assert [r["setting"] for r in results] == settings
+    for r in results:
+        assert {(x["N"], x["seed"]) for x in r["runs"]} == {(n, s) for n in (2, 16) for s in (0, 1)}
+        alone = S.dataclasses.replace(cfg, group_sizes=(2, 16), seeds=2, **r["setting"])
+        ref = {(x["N"], x["seed"]): x["Q_pos_final"] for x in S.simulate(alone)[0]}
+        assert all(abs(x["Q_pos_final"] - ref[x["N"], x["seed"]]) < 1e-6 for x in r["runs"])
+    assert results[0]["runs"][-1]["Q_pos_final"] != results[1]["runs"][-1]["Q_pos_final"]
