@@ -52,7 +52,7 @@ import numpy as np
 import torch
 
 from advantage import focal_weight, group_advantages, success_rate, tail_miss_argmax, tail_miss_probability
-from common import atomic_write_json, atomic_write_text, check, check_out_dir, parse_config
+from common import atomic_write_json, atomic_write_text, check, check_out_dir, check_positive, parse_config
 
 
 OUTPUTS = ("results.json", "fig2.png", "fig3.png", "fig5.png", "sensitivity.json", "sensitivity.md",
@@ -103,9 +103,7 @@ class Config:
         check(self.seed >= 0, "--seed must be >= 0")
         check(self.steps >= 1, "--steps must be >= 1")
         check(self.optimizer in ("adamw", "signsgd", "sgd"), "--optimizer must be 'adamw', 'signsgd' or 'sgd'")
-        check(math.isfinite(self.lr) and self.lr > 0, "--lr must be a finite number > 0")
-        check(math.isfinite(self.adam_eps) and self.adam_eps > 0,
-              "--adam_eps must be > 0 (eps = 0 divides 0 by 0 on an all-correct first batch)")
+        check_positive(self, "lr", "adam_eps")           # eps = 0 divides 0 by 0 on an all-correct first batch
         check(0 <= self.weight_decay and self.lr * self.weight_decay < 1,
               "--weight_decay must be >= 0 with lr * weight_decay < 1")
         check(self.surrogate in ("distinct", "counts"), "--surrogate must be 'distinct' or 'counts'")
