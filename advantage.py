@@ -13,6 +13,7 @@ What lives here, by equation of arXiv 2602.06717 (v2):
     ds_grpo_advantages                    DS-GRPO control: a best guess, the paper gives no formula
     low_lr_multiplier                     m_gamma of the low-LR control (Appendix N)
     tail_miss_probability  Lemma 3.1      Pr(active group that misses a rare correct subset E)
+    pass_at_k              Eq. 27         unbiased pass@k from c correct of n samples (and its tables)
 
 Choices the paper leaves open (PAPER.md §10), all verl defaults since the paper ran verl:
 1) std in Eq. 3 is the unbiased (N-1) one and eps = 1e-6.
@@ -247,6 +248,50 @@ def tail_miss_argmax(mu_pos, tau, n_max=1 << 17):
     p = tail_miss_probability(mu_pos, tau, n)
     i = int(np.argmax(p))
     return int(n[i]), float(p[i])
+
+
+# -----------------------------------------------------------------------------
+# pass@k (Chen et al. 2021; PAPER §8, Eq. 27; IMPLEMENTATION_NOTES §3): evaluate.py, and the
+# maze's held-out evaluation during training
+
+def pass_at_k(n, c, k):
+    """Unbiased pass@k of one problem with c correct out of n: 1 - C(n-c, k) / C(n, k).
+
+    Product form: C(n-c, k) / C(n, k) = prod_{i=n-c+1}^{n} (1 - k / i), no huge binomials.
+    It is the mean over all k-subsets of the n samples of "some member is correct".
+    """
+    if not 1 <= k <= n:
+        raise ValueError(f"pass@k needs 1 <= k <= n; got k={k}, n={n}")
+    if not 0 <= c <= n:
+        raise ValueError(f"need 0 <= c <= n; got c={c}, n={n}")
+    if n - c < k:                                   # every k-subset holds a correct sample
+        return 1.0
+    i = np.arange(n - c + 1, n + 1, dtype=np.float64)
+    return 1.0 - float(np.prod(1.0 - k / i))
+
+
+def pass_at_k_table(n, k):
+    """pass@k for every c = 0..n at once, shape (n+1,): index it with an array of counts.
+
+    ratio[c] = prod_{j<c} (1 - k / (n - j)) is the same product built up one factor per c; it hits
+    exactly 0 at c = n - k + 1, which is where pass@k becomes 1.
+    """
+    if not 1 <= k <= n:
+        raise ValueError(f"pass@k needs 1 <= k <= n; got k={k}, n={n}")
+    ratio = np.concatenate([[1.0], np.cumprod(1.0 - k / np.arange(n, 0, -1, dtype=np.float64))])
+    return 1.0 - np.clip(ratio, 0.0, 1.0)
+
+
+def ks_up_to(n):
+    """k = 1, 2, 4, ... <= n, and n itself."""
+    ks = [2 ** i for i in range(int(math.log2(n)) + 1)]
+    return ks + ([n] if ks[-1] != n else [])
+
+
+def pass_at_k_curve(n, counts):
+    """{k: mean over problems of pass@k} for k in ks_up_to(n)."""
+    c = np.asarray(counts, dtype=np.int64)
+    return {k: float(pass_at_k_table(n, k)[c].mean()) for k in ks_up_to(n)}
 
 
 if __name__ == "__main__":

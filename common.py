@@ -143,8 +143,11 @@ class Task:
         the same i gives the same prompt on every rank and world size. `answer` is whatever score needs.
     score(answers, completions) -> (rewards, stats): one reward per completion (a list of token ids),
         1.0 correct / 0.0 not, and a {name: count} of extra counts summed over ranks and logged as reward/NAME.
-    evaluate(engine, rank, world) -> {metric: (hits, trials)} on this rank's share of the held-out set,
-        summed over ranks and logged as hits / trials; None when the task has no held-out set in training.
+    evaluate(engine, rank, world) -> {name: [c_i]}: for each problem of this rank's share of the
+        held-out set, how many of its eval_samples samples are correct under each reward rule (the
+        training rule first), or count some other event (the maze also counts truncated samples).
+        train.py logs pass@k of each over all ranks as eval/NAME/pass@k; evaluate.py keeps the counts
+        for its tables and its significance test. None when the task has no held-out set.
     """
     prompt: Callable
     score: Callable
@@ -153,6 +156,7 @@ class Task:
     show: Callable                    # completion ids -> text for the sample log line
     num_prompts: int | None = None    # the dataset size (None: generated, unbounded); saved in run.json
     evaluate: Callable | None = None
+    eval_samples: int = 0             # samples per held-out problem in evaluate
 
 
 def data_dir():

@@ -40,6 +40,7 @@ import numpy as np
 
 import ood
 import reward
+from advantage import ks_up_to, pass_at_k_curve, pass_at_k_table
 from common import (atomic_write_json, atomic_write_text, check, check_min, check_positive, check_pretrained,
                     check_utf8, check_writable, data_dir, parse_config, refuse, remove_temp)
 
@@ -78,6 +79,7 @@ class Config:
     max_problems: int = 0          # 0 = all; else the first max_problems of each benchmark
     prompts_per_call: int = 8      # prompts per engine.generate call (each gives n completions)
     engine: str = "torch"          # torch | vllm (rollout.make_engine)
+    maze_reward: str = "strict"    # maze: the rule of c and pass@k, "strict" (PAPER §6) | "walk"; both are saved
     device: str = "cpu"            # cpu | cuda | cuda:N
     seed: int = 0
     workers: int = 2               # math-verify worker processes
@@ -105,6 +107,7 @@ class Config:
         check(self.family in ("auto", *reward.FAMILIES), f"--family {self.family!r}: unknown")
         check(self.device == "cpu" or self.device.startswith("cuda"), f"--device {self.device!r}: expected cpu or cuda[:N]")
         check(self.engine in ("torch", "vllm"), f"--engine {self.engine!r}: expected torch or vllm")
+        check(self.maze_reward in ("strict", "walk"), f"--maze_reward {self.maze_reward!r}: expected strict or walk")
         check(self.mode != "compare" or len(self.inputs) == 2, "--inputs: compare needs exactly two result files")
         check(self.mode != "report" or len(self.inputs) >= 1, "--inputs: report needs at least one result file")
         check(self.mode != "rare_score" or self.rare, "--rare: rare_score needs the rare_select output")
@@ -150,47 +153,7 @@ def written_by_us(path):
 
 
 # -----------------------------------------------------------------------------
-# pass@k (Chen et al. 2021; PAPER §8, Eq. 27; IMPLEMENTATION_NOTES §3)
-
-def pass_at_k(n, c, k):
-    """Unbiased pass@k of one problem with c correct out of n: 1 - C(n-c, k) / C(n, k).
-
-    Product form: C(n-c, k) / C(n, k) = prod_{i=n-c+1}^{n} (1 - k / i), no huge binomials.
-    It is the mean over all k-subsets of the n samples of "some member is correct".
-    """
-    if not 1 <= k <= n:
-        raise ValueError(f"pass@k needs 1 <= k <= n; got k={k}, n={n}")
-    if not 0 <= c <= n:
-        raise ValueError(f"need 0 <= c <= n; got c={c}, n={n}")
-    if n - c < k:                                   # every k-subset holds a correct sample
-        return 1.0
-    i = np.arange(n - c + 1, n + 1, dtype=np.float64)
-    return 1.0 - float(np.prod(1.0 - k / i))
-
-
-def pass_at_k_table(n, k):
-    """pass@k for every c = 0..n at once, shape (n+1,): index it with an array of counts.
-
-    ratio[c] = prod_{j<c} (1 - k / (n - j)) is the same product built up one factor per c; it hits
-    exactly 0 at c = n - k + 1, which is where pass@k becomes 1.
-    """
-    if not 1 <= k <= n:
-        raise ValueError(f"pass@k needs 1 <= k <= n; got k={k}, n={n}")
-    ratio = np.concatenate([[1.0], np.cumprod(1.0 - k / np.arange(n, 0, -1, dtype=np.float64))])
-    return 1.0 - np.clip(ratio, 0.0, 1.0)
-
-
-def ks_up_to(n):
-    """k = 1, 2, 4, ... <= n, and n itself."""
-    ks = [2 ** i for i in range(int(math.log2(n)) + 1)]
-    return ks + ([n] if ks[-1] != n else [])
-
-
-def pass_at_k_curve(n, counts):
-    """{k: mean over problems of pass@k} for k in ks_up_to(n)."""
-    c = np.asarray(counts, dtype=np.int64)
-    return {k: float(pass_at_k_table(n, k)[c].mean()) for k in ks_up_to(n)}
-
+# Averages over benchmarks (pass@k itself, Eq. 27, is in advantage.py)
 
 def averages(benchmarks):
     """Unweighted means over the benchmarks present (PAPER §8), per k shared by all of them."""
@@ -305,16 +268,20 @@ def evaluate_benchmark(cfg, name, rows, task, engine, tok, family, scorer):
 
 
 def evaluate_maze(cfg, engine, tok):
-    """Held-out mazes (PAPER §6): n samples each (T = 1 by default); c counts the walk rule (what pass@k
-    uses), c_strict the exact shortest path. --max_problems sets the number of mazes (default 256),
-    --max_new_tokens the budget (0: maze.max_new_tokens_for the size)."""
+    """Held-out mazes (PAPER §6) through the maze task, n samples each: c and pass@k count the
+    --maze_reward rule, c_RULE and pass@k_RULE every rule. --max_problems sets the number of mazes
+    (default 256), --max_new_tokens the budget (0: maze.max_new_tokens_for the size)."""
     import maze
-    grids = maze.heldout_mazes(maze.checkpoint_size(cfg.model), cfg.max_problems or 256)
-    res = maze.evaluate_mazes(engine, tok, grids, cfg.n, seed=cfg.seed, max_new_tokens=cfg.max_new_tokens or None,
-                              temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k)
-    return {"n": cfg.n, "task": "maze", "ids": list(range(len(grids))), "c": res["walk"],
-            "pass@k": pass_at_k_curve(cfg.n, res["walk"]), "c_strict": res["strict"],
-            "pass@k_strict": pass_at_k_curve(cfg.n, res["strict"]), "trunc_frac": res["trunc_frac"]}
+    task = maze.make_task(tok, maze.checkpoint_size(cfg.model), cfg.seed, cfg.maze_reward, cfg.max_problems or 256,
+                          cfg.n, max_new_tokens=cfg.max_new_tokens or None, temperature=cfg.temperature,
+                          top_p=cfg.top_p, top_k=cfg.top_k)
+    counts = task.evaluate(engine, 0, 1)                       # {rule: [c_i]}, cfg.maze_reward first
+    c, truncated = counts[cfg.maze_reward], counts.pop("truncated")
+    out = {"n": cfg.n, "task": "maze", "rule": cfg.maze_reward, "ids": list(range(len(c))), "c": c,
+           "pass@k": pass_at_k_curve(cfg.n, c), "trunc_frac": sum(truncated) / (cfg.n * len(c))}
+    for rule, c in counts.items():
+        out.update({f"c_{rule}": c, f"pass@k_{rule}": pass_at_k_curve(cfg.n, c)})
+    return out
 
 
 def run_eval(cfg):

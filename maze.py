@@ -1,5 +1,5 @@
 """
-Single-solution maze: Prim generator, 32-token vocabulary, walk reward, and the SFT warm-start policy
+Single-solution maze: Prim generator, 32-token vocabulary, strict and walk rewards, the SFT warm-start policy
 (F-GRPO Sec. 5.2 / App. K; PAPER.md §6). Library for train.py / evaluate.py, and an entry point.
 
     python maze.py                                   # CPU default: 9x9 mazes, 900 SFT steps, ~10 min
@@ -21,8 +21,11 @@ Decisions the paper leaves open (PAPER §10 rows 19-22) and what we chose:
    seeds below it and skip held-out grids, so no training maze ever equals a held-out one. A seed
    split alone does not promise that at 9x9, where a long RL run draws millions of mazes from a
    space of about 2e7.
-3) Reward: the walk rule of MaxRL's judge_maze (PAPER §6.2, §10 row 19) for training and pass@K.
-   strict=True (exact shortest path) is logged next to it.
+3) Reward (--maze_reward, here and in train.py / evaluate.py): strict by default, 1 only for the
+   exact shortest path then DONE <eos>, the paper's "exactly one correct action sequence". MaxRL's
+   judge_maze walk rule (PAPER §6.2, §10 row 19) is the other choice and is always reported beside
+   it: it accepts detours, and RL on it learned them (README, "Maze RL on CPU"). Under both rules
+   an answer without <eos> (truncated) scores 0, so never ending cannot pay.
 4) SFT: lr 5e-4 on a cosine schedule that reaches 0 at --steps. MaxRL's cosine spans 10 epochs, so it
    is flat over 1,500 steps; we decay because our CPU run is short. fp32 (the paper trains in bf16).
 5) CPU default 9x9 / 900 steps: about 10 minutes on 2 cores, and held-out pass@1 lands inside (0, 1)
@@ -157,26 +160,41 @@ def solve(grid):
     return moves[::-1]
 
 
-def maze_reward(grid, completion, strict=False):
+RULES = ("strict", "walk")      # --maze_reward; strict is the default everywhere
+
+
+def maze_reward(grid, completion, rule="strict"):
     """1.0 or 0.0 for a completion (decoded text, or a list of token strings). Never raises.
 
-    Walk rule (MaxRL judge_maze, PAPER §6.2): cut at the first DONE (no DONE -> 0); every token
-    before it must be a move (else 0); walk from S: off the grid or into a wall -> 0, reaching G -> 1
-    at once even if more moves follow; otherwise 0. It accepts detours that step into a dead end and
-    come back. strict=True: 1 only if the moves before DONE are exactly the shortest path.
+    Both rules read the completion up to its first <eos> and give 0 when there is none: an answer
+    cut by the length limit is wrong, so no policy gains by never ending (one F-GRPO run on the
+    walk rule learned to repeat DONE and moves until truncated). Words after <eos> do not exist
+    in a rollout (generation stops there) and are ignored in text.
+    strict (PAPER §6: "exactly one correct action sequence"): the words before <eos> are exactly
+        the shortest path and DONE; nothing may follow DONE.
+    walk (MaxRL judge_maze, PAPER §6.2): cut at the first DONE (none -> 0); every word before it
+        must be a move; walk from S: off the grid or into a wall -> 0, reaching G -> 1 at once even
+        if more moves follow; otherwise 0. Words between DONE and <eos> are ignored, as MaxRL
+        ignores them. It accepts detours into a dead end and back, so the task is no longer
+        single-solution.
     Text is split into vocabulary words (see WORD), so "RIGHT DONE" and "RIGHTDONE" read the same.
     """
+    if rule not in RULES:
+        raise ValueError(f"maze reward rule {rule!r}: expected one of {RULES}")
     if isinstance(completion, str):
         tokens = WORD.findall(completion)
     elif isinstance(completion, (list, tuple)) and all(isinstance(t, str) for t in completion):
         tokens = list(completion)
     else:
         return 0.0                                    # None, bytes, ids...: not a completion we can read
+    if "<eos>" not in tokens:                         # never ended: truncated
+        return 0.0
+    tokens = tokens[:tokens.index("<eos>")]
+    if rule == "strict":
+        return float(tokens == solve(grid) + ["DONE"])
     if "DONE" not in tokens:
         return 0.0
-    moves = tokens[:tokens.index("DONE")]             # what follows DONE (<eos>, junk) is ignored
-    if strict:
-        return float(moves == solve(grid))
+    moves = tokens[:tokens.index("DONE")]
     if any(m not in MOVES for m in moves):
         return 0.0
     pos, goal = find(grid, "S"), find(grid, "G")
@@ -343,50 +361,50 @@ def sft(model, tokenizer, cfg, device="cpu"):
 def evaluate_mazes(engine, tokenizer, grids, n, seed, max_new_tokens=None, temperature=1.0, top_p=1.0, top_k=0):
     """Sample n completions per maze through a rollout engine and count the correct ones.
 
-    Returns {"walk": [c_i], "strict": [c_i], "first": [text], "trunc_frac": float}: correct counts
-    per maze under each reward rule (pass@1 = sum(c) / (n * len(grids))), the first sample of each
-    maze decoded, and the fraction of samples stopped for length.
+    Returns {"strict": [c_i], "walk": [c_i], "truncated": [c_i], "first": [text]}: per maze, the
+    samples correct under each reward rule (pass@1 = sum(c) / (n * len(grids))) and the samples
+    stopped for length, and the first sample of each maze decoded.
     A maze's samples are seeded by (seed, the maze itself) alone, so they are the same whatever
     batch, order or rank the maze lands in (STYLE.md §7; train.py splits the mazes over ranks, and
     a rank may get none).
     """
+    res = {**{key: [0] * len(grids) for key in (*RULES, "truncated")}, "first": [None] * len(grids)}
     if not grids:
-        return {"walk": [], "strict": [], "first": [], "trunc_frac": 0.0}
+        return res
     size = len(grids[0])
     prompts = encode(tokenizer, [prompt_text(g) for g in grids])
     seeds = [rollout.mix_seed(seed, zlib.crc32("\n".join(g).encode())) for g in grids]
     out = engine.generate(prompts, n, seeds, max_new_tokens=max_new_tokens or max_new_tokens_for(size),
                           stop_token_ids=[EOS], temperature=temperature, top_p=top_p, top_k=top_k)
-    res = {"walk": [0] * len(grids), "strict": [0] * len(grids), "first": [None] * len(grids),
-           "trunc_frac": sum(r == "length" for r in out.finish_reason) / len(out.finish_reason)}
-    for i, ids in zip(out.prompt_index, out.token_ids):
+    for i, ids, reason in zip(out.prompt_index, out.token_ids, out.finish_reason):
         tokens = tokenizer.convert_ids_to_tokens(ids)
-        res["walk"][i] += int(maze_reward(grids[i], tokens))
-        res["strict"][i] += int(maze_reward(grids[i], tokens, strict=True))
+        res["truncated"][i] += reason == "length"
+        for rule in RULES:
+            res[rule][i] += int(maze_reward(grids[i], tokens, rule))
         if res["first"][i] is None:
             res["first"][i] = " ".join(tokens)
     return res
 
 
-def make_task(tokenizer, size, seed, eval_mazes=256, eval_samples=4):
-    """The maze as train.py's task (common.Task): training maze i is keyed by (seed, i) alone, the
-    reward is the walk rule, and the held-out set is the first eval_mazes held-out mazes (none if 0)."""
+def make_task(tokenizer, size, seed, rule="strict", eval_mazes=256, eval_samples=4, **sampling):
+    """The maze as a common.Task: training maze i is keyed by (seed, i) alone, the reward is `rule`,
+    and the held-out set is the first eval_mazes held-out mazes (none if 0), eval_samples samples
+    each, drawn with `sampling` (evaluate_mazes' max_new_tokens, temperature, top_p, top_k)."""
     def prompt(i):
         grid = train_mazes(size, 1, random.Random(rollout.mix_seed(seed, i)))[0]
         return encode(tokenizer, [prompt_text(grid)])[0], grid
 
     def score(grids, completions):
-        return [maze_reward(g, tokenizer.convert_ids_to_tokens(c)) for g, c in zip(grids, completions)], {}
+        return [maze_reward(g, tokenizer.convert_ids_to_tokens(c), rule) for g, c in zip(grids, completions)], {}
 
     def evaluate(engine, rank, world):         # the mazes split over ranks; a rank may get none
         grids = heldout_mazes(size, eval_mazes)[rank::world]
-        res = evaluate_mazes(engine, tokenizer, grids, eval_samples, seed=seed)
-        trials = len(grids) * eval_samples
-        return {"eval/pass@1": (sum(res["walk"]), trials), "eval/pass@1_strict": (sum(res["strict"]), trials)}
+        res = evaluate_mazes(engine, tokenizer, grids, eval_samples, seed, **sampling)
+        return {key: res[key] for key in (rule, *(r for r in RULES if r != rule), "truncated")}  # rule first
 
     return Task(prompt, score, stop_token_ids=[EOS], max_new_tokens=max_new_tokens_for(size),
                 show=lambda ids: " ".join(tokenizer.convert_ids_to_tokens(ids)),
-                evaluate=evaluate if eval_mazes else None)
+                evaluate=evaluate if eval_mazes else None, eval_samples=eval_samples)
 
 
 def checkpoint_size(path):
@@ -411,6 +429,7 @@ class Config:
     out_dir: str = "out/maze_sft"   # absent, or a checkpoint of ours, which is replaced; anything else is refused
     eval_mazes: int = 256         # held-out mazes (the paper's count); 0 skips the evaluation
     eval_samples: int = 4         # samples per held-out maze at temperature 1.0
+    maze_reward: str = "strict"   # the rule the any-correct and mixed fractions use; pass@1 is printed for both
     seed: int = 0                 # model init, training maze draws and evaluation samples
     device: str = "auto"          # auto | cpu | cuda | cuda:N
     threads: int = 0              # torch CPU threads; 0 = all cores
@@ -423,6 +442,7 @@ class Config:
         check_min(self, 0, "eval_mazes", "threads", "seed")
         check_min(self, -1, "show_seed")
         check_positive(self, "lr")
+        check(self.maze_reward in RULES, f"--maze_reward {self.maze_reward!r}: expected one of {RULES}")
         check(self.device == "auto" or self.device == "cpu" or self.device.startswith("cuda"),
               f"--device: expected auto, cpu or cuda[:N], got {self.device!r}")
         if self.show_seed < 0:                        # --show_seed only prints
@@ -464,18 +484,18 @@ def main(cfg):
     engine = rollout.TorchEngine(model, pad_token_id=PAD)
     res = evaluate_mazes(engine, tokenizer, heldout, cfg.eval_samples, cfg.seed)
     total = cfg.eval_samples * len(heldout)
-    info["eval"] = dict(mazes=len(heldout), samples=cfg.eval_samples, temperature=1.0,
-                        pass1_walk=sum(res["walk"]) / total, pass1_strict=sum(res["strict"]) / total,
-                        solved_any_walk=sum(c > 0 for c in res["walk"]) / len(heldout),
-                        mixed_walk=sum(0 < c < cfg.eval_samples for c in res["walk"]) / len(heldout),
-                        seconds=round(time.time() - t0, 1), walk=res["walk"], strict=res["strict"])
+    c = res[cfg.maze_reward]
+    info["eval"] = dict(mazes=len(heldout), samples=cfg.eval_samples, temperature=1.0, rule=cfg.maze_reward,
+                        pass1_strict=sum(res["strict"]) / total, pass1_walk=sum(res["walk"]) / total,
+                        solved_any=sum(x > 0 for x in c) / len(heldout),
+                        mixed=sum(0 < x < cfg.eval_samples for x in c) / len(heldout),
+                        seconds=round(time.time() - t0, 1), strict=res["strict"], walk=res["walk"])
     atomic_write_json(Path(cfg.out_dir) / "sft.json", info)
     e = info["eval"]
     print(f"maze 0 sample: {res['first'][0]}\n{render(heldout[0], res['first'][0].split())}")
     print(f"held-out pass@1 ({len(heldout)} mazes x {cfg.eval_samples} samples, T=1.0): "
-          f"walk {e['pass1_walk']:.3f} | strict {e['pass1_strict']:.3f} | any-correct "
-          f"{e['solved_any_walk']:.3f} | mixed {e['mixed_walk']:.3f} | eval {e['seconds']}s")
-
+          f"strict {e['pass1_strict']:.3f} | walk {e['pass1_walk']:.3f} | {cfg.maze_reward}: any-correct "
+          f"{e['solved_any']:.3f}, mixed {e['mixed']:.3f} | eval {e['seconds']}s")
 
 if __name__ == "__main__":
     main(parse_config(Config, doc=__doc__))

@@ -482,7 +482,7 @@ def model_family(name):
         return "qwen3"
     if "llama" in s:
         return "llama3"
-    if "qwen" in s or s == "tiny":
+    if "qwen" in s:
         return "qwen2.5"
     raise ValueError(f"unknown model family for {name!r}: expected a Qwen2.5, Qwen3 or Llama-3 model")
 

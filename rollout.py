@@ -47,6 +47,10 @@ import time
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
+from transformers import AttentionInterface
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
+from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 
 @dataclass
@@ -110,12 +114,94 @@ def sample_from_uniform(logprobs, u):
     return torch.searchsorted(cdf, target, right=True).squeeze(-1).clamp_(max=logprobs.shape[-1] - 1)
 
 
+# -----------------------------------------------------------------------------
+# Attention for TorchEngine and the trainer, registered with transformers as ATTENTION
+
+ATTENTION = "fgrpo_sdpa"
+
+
+def attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None, decode=None, **kwargs):
+    """A transformers attention function (query (B, H, Tq, D), key/value (B, KV, Tk, D), returns
+    (B, Tq, H, D)). Without `decode`, it is transformers' SDPA, except that on the CPU the KV heads
+    are read in place (enable_gqa) instead of being copied H / KV times (repeat_kv), which cost
+    a quarter of a maze rollout. With `decode` (a GroupKV, passed through the model's forward
+    kwargs by TorchEngine), the cache is ours: see GroupKV."""
+    if decode is not None and decode.t >= 0:
+        return decode.attend(module.layer_idx, query, key, value, scaling), None
+    if decode is not None:                  # the prefill: keep the prompts' keys and values
+        decode.prompt_k[module.layer_idx], decode.prompt_v[module.layer_idx] = key, value
+    if query.device.type != "cpu":          # CUDA's fast kernels need repeat_kv when there is a mask
+        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout, scaling, **kwargs)
+    causal = attention_mask is None and query.shape[2] > 1
+    out = F.scaled_dot_product_attention(query, key, value, attn_mask=attention_mask, dropout_p=dropout,
+                                         scale=scaling, is_causal=causal, enable_gqa=True)
+    return out.transpose(1, 2).contiguous(), None
+
+
+def use_attention(model):
+    """Switch a transformers model to `attention` (the masks it builds stay those of SDPA)."""
+    AttentionInterface.register(ATTENTION, attention)
+    AttentionMaskInterface.register(ATTENTION, sdpa_mask)
+    model.set_attn_implementation(ATTENTION)
+    return model
+
+
+class GroupKV:
+    """The KV cache of n samples of each of P prompts, with each prompt's keys and values stored
+    once instead of n times (decoding reads the whole cache every step, so the n copies made decoding
+    memory-bound: at 9x9 a maze prompt is 93 tokens, its answers ~11).
+
+    prefill: the prompts' own causal attention (left-padded, mask from transformers); their keys
+        and values are kept per layer, (P, KV, L, D).
+    decode step t: row b (sample b % n of prompt b // n) writes its new key/value at slot t of its
+        own cache, (B, KV, T, D), then attends to its prompt's keys and to its own first t + 1 keys,
+        in one softmax. The prompt part is one matrix product per prompt for all n samples at once.
+    rows: the rows still decoding; finished ones simply stop being listed, nothing is copied.
+    """
+
+    def __init__(self, n, prompt_mask, max_new_tokens):
+        self.n, self.prompt_mask, self.T = n, prompt_mask.bool(), max_new_tokens          # (P, L)
+        self.prompt_k, self.prompt_v = {}, {}            # layer -> (P, KV, L, D)
+        self.k, self.v = {}, {}                          # layer -> (P*n, KV, T so far, D)
+        self.rows, self.t = None, -1                     # t = -1: the prefill
+
+    def attend(self, layer, q, k, v, scale):
+        P, KV, L, D = self.prompt_k[layer].shape
+        H, n, b, rows = q.shape[1], self.n, len(self.rows), self.rows
+        size = self.k[layer].shape[2] if layer in self.k else 0
+        if self.t >= size:                  # grow the per-row cache by doubling, up to the budget
+            grow = k.new_zeros(P * n, KV, min(self.T, max(2 * size, 64)) - size, D)
+            self.k[layer] = torch.cat([self.k[layer], grow], 2) if size else grow
+            self.v[layer] = torch.cat([self.v[layer], grow], 2) if size else grow.clone()
+        self.k[layer][rows, :, self.t] = k[:, :, 0]
+        self.v[layer][rows, :, self.t] = v[:, :, 0]
+
+        def per_prompt(x):        # (P*n, H, X) -> (P, KV, n*H/KV, X): a prompt's samples side by side
+            return x.view(P, n, KV, H // KV, -1).transpose(1, 2).reshape(P, KV, n * H // KV, -1)
+
+        def per_row(x):           # the inverse, keeping the live rows: (P, KV, n*H/KV, X) -> (b, H, X)
+            return x.view(P, KV, n, H // KV, -1).transpose(1, 2).reshape(P * n, H, -1)[rows]
+
+        def scatter(x):           # (b, H, X) of the live rows -> (P*n, H, X), zeros elsewhere
+            return x.new_zeros(P * n, *x.shape[1:]).index_copy_(0, rows, x)
+
+        q1 = q[:, :, 0]                                                                    # (b, H, D)
+        s_prompt = per_row(per_prompt(scatter(q1)) @ self.prompt_k[layer].transpose(-1, -2))  # (b, H, L)
+        s_prompt = s_prompt.masked_fill(~self.prompt_mask[rows // n, None], -math.inf)
+        own_k, own_v = self.k[layer][rows, :, :self.t + 1], self.v[layer][rows, :, :self.t + 1]  # (b, KV, t+1, D)
+        s_own = (q1.view(b, KV, H // KV, D) @ own_k.transpose(-1, -2)).view(b, H, -1)      # (b, H, t+1)
+        p = (torch.cat([s_prompt, s_own], -1).float() * scale).softmax(-1).to(q.dtype)
+        out = per_row(per_prompt(scatter(p[..., :L])) @ self.prompt_v[layer])              # (b, H, D)
+        out = out + (p[..., L:].view(b, KV, H // KV, -1) @ own_v).view(b, H, D)
+        return out[:, None]                                                                # (b, 1, H, D)
+
+
 class TorchEngine:
     """Generation with a Hugging Face causal LM in plain PyTorch. The engine owns its model: in
     training it is an unsharded copy of the policy that load_weights() refreshes every step."""
 
     def __init__(self, model, pad_token_id, max_batch_size=512):
-        self.model = model.eval()
+        self.model = use_attention(model.eval())
         self.pad_token_id = pad_token_id
         self.max_batch_size = max_batch_size
 
@@ -147,13 +233,11 @@ class TorchEngine:
         ids, attn = ids.to(device), attn.to(device)
         pos = (attn.cumsum(-1) - 1).clamp(min=0)                        # (P, L) true positions
 
-        # Prefill each prompt once, then copy its cache n times: row b = prompt b // n, sample b % n.
-        out = self.model(input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=True,
-                         logits_to_keep=1)
-        cache = out.past_key_values
-        cache.batch_repeat_interleave(n)
-        logits = out.logits[:, -1].repeat_interleave(n, dim=0)          # (B, V)
-        attn = attn.repeat_interleave(n, dim=0)                         # (B, L)
+        # Prefill each prompt once; its keys and values stay in `kv` once, shared by its n samples.
+        # Row b of the decode batch is sample b % n of prompt b // n.
+        kv = GroupKV(n, attn, max_new_tokens)
+        logits = self.model(input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=False,
+                            logits_to_keep=1, decode=kv).logits[:, -1].repeat_interleave(n, dim=0)  # (B, V)
         next_pos = pos[:, -1].repeat_interleave(n, dim=0) + 1           # (B,)
 
         # Every row's uniforms for the whole completion, from its own data-keyed generator.
@@ -161,40 +245,28 @@ class TorchEngine:
                                     generator=torch.Generator().manual_seed(mix_seed(seeds[b // n], b % n)))
                          for b in range(B)]).to(device)                 # (B, max_new_tokens)
 
-        out_tok = torch.zeros(B, max_new_tokens, dtype=torch.long)
-        engine_logp = torch.zeros(B, max_new_tokens, dtype=torch.float64)
-        length = torch.full((B,), max_new_tokens)                     # set when a stop is sampled
-        hit_stop = torch.zeros(B, dtype=torch.bool)
+        out_tok = torch.zeros(B, max_new_tokens, dtype=torch.long, device=device)
+        engine_logp = torch.zeros(B, max_new_tokens, dtype=torch.float64, device=device)
+        length = torch.full((B,), max_new_tokens, device=device)      # set when a stop is sampled
+        hit_stop = torch.zeros(B, dtype=torch.bool, device=device)
         stop_ids = torch.tensor(sorted(stop), dtype=torch.long, device=device)
-        rows = torch.arange(B, device=device)                          # batch row -> completion
-        done = torch.zeros(B, dtype=torch.bool, device=device)
+        rows = torch.arange(B, device=device)                          # the rows still decoding
         for t in range(max_new_tokens):
             logprobs = sampling_logprobs(logits, temperature, top_p, top_k)           # (b, V)
             tok = sample_from_uniform(logprobs, u[rows, t])                           # (b,)
-            live = ~done
-            out_tok[rows[live].cpu(), t] = tok[live].cpu()
-            picked = logprobs.gather(-1, tok[:, None]).squeeze(-1)                    # (b,)
-            engine_logp[rows[live].cpu(), t] = picked[live].double().cpu()
-            stopped = live & torch.isin(tok, stop_ids)
-            length[rows[stopped].cpu()] = t + 1
-            hit_stop[rows[stopped].cpu()] = True
-            done |= stopped
-            if done.all() or t == max_new_tokens - 1:
+            out_tok[rows, t] = tok
+            engine_logp[rows, t] = logprobs.gather(-1, tok[:, None]).squeeze(-1).double()
+            stopped = torch.isin(tok, stop_ids)
+            length[rows[stopped]] = t + 1
+            hit_stop[rows[stopped]] = True
+            if t == max_new_tokens - 1 or stopped.all():
                 break
-            # Finished rows leave the batch once they are a quarter of it: every compaction copies
-            # the whole KV cache, so doing it at each finish would cost more than it saves.
-            if done.sum() * 4 >= len(rows):
-                keep = (~done).nonzero().squeeze(-1)
-                cache.batch_select_indices(keep)
-                rows, tok, attn, next_pos, done = rows[keep], tok[keep], attn[keep], next_pos[keep], done[keep]
-            # rows that are done but not yet dropped feed a pad token; their outputs are ignored
-            tok = tok.masked_fill(done, self.pad_token_id)
-            attn = torch.cat([attn, (~done).long()[:, None]], dim=1)
-            out = self.model(input_ids=tok[:, None], attention_mask=attn,
-                             position_ids=next_pos[:, None], past_key_values=cache, use_cache=True)
-            cache, logits = out.past_key_values, out.logits[:, -1]
+            rows, tok, next_pos = rows[~stopped], tok[~stopped], next_pos[~stopped]
+            kv.rows, kv.t = rows, t
+            logits = self.model(input_ids=tok[:, None], position_ids=next_pos[:, None], use_cache=False,
+                                decode=kv).logits[:, -1]
             next_pos = next_pos + 1
-        n_tok = length.tolist()
+        n_tok, out_tok, engine_logp = length.tolist(), out_tok.cpu(), engine_logp.cpu()
         return Rollouts([b // n for b in range(B)],
                         [out_tok[b, :n_tok[b]].tolist() for b in range(B)],
                         [engine_logp[b, :n_tok[b]].tolist() for b in range(B)],

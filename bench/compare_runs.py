@@ -58,6 +58,11 @@ def compare(name, a, b):
           f"B - A {d:+.3f}, SE {se:.3f}: {verdict} at 2 SE")
 
 
+def heldout_pass1(metrics):
+    """The key of the held-out pass@1 under the run's own reward rule (logged first), or None."""
+    return next((k for k in metrics if k.startswith("eval/") and k.endswith("/pass@1")), None)
+
+
 def main(cfg):
     groups = {"A": load(cfg.a), "B": load(cfg.b)}
     T = min(len(m) for runs in groups.values() for m in runs.values())      # common number of steps
@@ -69,9 +74,9 @@ def main(cfg):
         print(f"  {g}  " + " ".join(f"{x:.3f}" for x in bins))
     compare("mean reward, all steps", *[[mean(c) for c in reward[g]] for g in "AB"])
     compare("mean reward, last 10 steps", *[[mean(c[-10:]) for c in reward[g]] for g in "AB"])
-    evals = {g: [[m for m in run[:T] if "eval/pass@1" in m][-1:] for run in runs.values()] for g, runs in groups.items()}
+    evals = {g: [[m for m in run[:T] if heldout_pass1(m)][-1:] for run in runs.values()] for g, runs in groups.items()}
     if all(e for g in "AB" for e in evals[g]):
-        compare("held-out pass@1 (last eval)", *[[e[0]["eval/pass@1"] for e in evals[g]] for g in "AB"])
+        compare("held-out pass@1 (last eval)", *[[e[0][heldout_pass1(e[0])] for e in evals[g]] for g in "AB"])
     for g, runs in groups.items():
         ms = [m for run in runs.values() for m in run[:T]]
         print(f"  {g}: max |logp engine - trainer| {max(m['logp/diff_max'] for m in ms):.1e}, "

@@ -7,6 +7,7 @@ import math
 import numpy as np
 import pytest
 
+import advantage
 import evaluate
 import reward
 import rollout
@@ -26,21 +27,21 @@ def test_pass_at_k_matches_enumeration():
         for c in range(n + 1):
             for k in range(1, n + 1):
                 want = brute_force_pass_at_k(n, c, k)
-                assert evaluate.pass_at_k(n, c, k) == pytest.approx(want, abs=1e-12)
-                assert evaluate.pass_at_k_table(n, k)[c] == pytest.approx(want, abs=1e-12)
+                assert advantage.pass_at_k(n, c, k) == pytest.approx(want, abs=1e-12)
+                assert advantage.pass_at_k_table(n, k)[c] == pytest.approx(want, abs=1e-12)
 
 
 def test_pass_at_k_edge_cases():
-    assert evaluate.pass_at_k(10, 0, 5) == 0.0                       # c = 0
-    assert evaluate.pass_at_k(10, 10, 5) == 1.0                      # c = n
-    assert evaluate.pass_at_k(10, 7, 4) == 1.0                       # k > n - c
-    assert evaluate.pass_at_k(10, 3, 1) == pytest.approx(0.3)        # k = 1 is c / n
+    assert advantage.pass_at_k(10, 0, 5) == 0.0                       # c = 0
+    assert advantage.pass_at_k(10, 10, 5) == 1.0                      # c = n
+    assert advantage.pass_at_k(10, 7, 4) == 1.0                       # k > n - c
+    assert advantage.pass_at_k(10, 3, 1) == pytest.approx(0.3)        # k = 1 is c / n
     # Large n stays exact: with one correct sample, pass@k = k / n.
-    assert evaluate.pass_at_k(1024, 1, 256) == pytest.approx(0.25, abs=1e-12)
-    assert evaluate.pass_at_k_table(1024, 256)[1] == pytest.approx(0.25, abs=1e-12)
+    assert advantage.pass_at_k(1024, 1, 256) == pytest.approx(0.25, abs=1e-12)
+    assert advantage.pass_at_k_table(1024, 256)[1] == pytest.approx(0.25, abs=1e-12)
     for bad in [(4, 1, 5), (4, 1, 0), (4, 5, 1)]:
         with pytest.raises(ValueError):
-            evaluate.pass_at_k(*bad)
+            advantage.pass_at_k(*bad)
 
 
 def test_pass_at_k_is_not_bootstrap():
@@ -50,13 +51,13 @@ def test_pass_at_k_is_not_bootstrap():
     def bootstrap(n, c, k):
         return 1 - (1 - c / n) ** k
     assert bootstrap(4, 1, 4) == pytest.approx(0.68359375)
-    assert evaluate.pass_at_k(4, 1, 4) == brute_force_pass_at_k(4, 1, 4) == 1.0
+    assert advantage.pass_at_k(4, 1, 4) == brute_force_pass_at_k(4, 1, 4) == 1.0
     assert any(abs(bootstrap(n, c, k) - brute_force_pass_at_k(n, c, k)) > 0.05
                for n in range(2, 7) for c in range(1, n) for k in range(2, n + 1))
 
 
 def test_curve_and_averages():
-    curve = evaluate.pass_at_k_curve(6, [0, 3, 6])
+    curve = advantage.pass_at_k_curve(6, [0, 3, 6])
     assert list(curve) == [1, 2, 4, 6]
     assert curve[1] == pytest.approx(0.5) and curve[6] == pytest.approx(2 / 3)
     bm = {"math500": {"pass@k": {1: 0.2, 2: 0.4}}, "aime24": {"pass@k": {1: 0.4, 2: 0.6}}, "gpqa": {"pass@k": {1: 0.1, 2: 0.3}}}
@@ -236,3 +237,41 @@ def test_maze_benchmark_honours_the_sampling_flags(tmp_path):
     res = evaluate.evaluate_maze(cfg, engine, maze.build_tokenizer())
     assert res["c"] == [0, 0, 0] and engine.kw["max_new_tokens"] == 11
     assert (engine.kw["temperature"], engine.kw["top_p"], engine.kw["top_k"]) == (0.7, 0.9, 5)
+
+
+class DetourEngine:
+    """Answers every maze with one step along its shortest path and back, then the path: right under
+    the walk rule, wrong under the strict one."""
+
+    def __init__(self, tok, grids):
+        self.tok, self.grids = tok, grids
+
+    def generate(self, prompts, n, seeds, **kw):
+        import maze
+        out = rollout.Rollouts([], [], [], [])
+        back = {"UP": "DOWN", "DOWN": "UP", "LEFT": "RIGHT", "RIGHT": "LEFT"}
+        for i, g in enumerate(self.grids):
+            path = maze.solve(g)
+            ids = self.tok.convert_tokens_to_ids([path[0], back[path[0]], *path, "DONE", "<eos>"])
+            for _ in range(n):
+                out.prompt_index.append(i)
+                out.token_ids.append(ids)
+                out.engine_logp.append([0.0] * len(ids))
+                out.finish_reason.append("stop")
+        return out
+
+
+def test_maze_benchmark_reward_rule(tmp_path):
+    """--maze_reward picks the rule of c and pass@k (strict by default); both rules are saved."""
+    import maze
+    model_dir = tmp_path / "maze_model"
+    maze.save_checkpoint(maze.build_model(), maze.build_tokenizer(), model_dir, {"config": {"size": 9}})
+    tok, grids = maze.build_tokenizer(), maze.heldout_mazes(9, 4)
+    assert evaluate.Config().maze_reward == "strict"
+    for rule in ("strict", "walk"):
+        cfg = evaluate.Config(model=str(model_dir), benchmarks=("maze",), n=2, max_problems=4, maze_reward=rule,
+                              out=str(tmp_path / "r.json"))
+        res = evaluate.evaluate_maze(cfg, DetourEngine(tok, grids), tok)
+        assert res["c_strict"] == [0] * 4 and res["c_walk"] == [2] * 4
+        assert res["rule"] == rule and res["c"] == res[f"c_{rule}"] and res["trunc_frac"] == 0.0
+        assert res["pass@k"][1] == (1.0 if rule == "walk" else 0.0)

@@ -15,8 +15,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import maze
 import rollout
-from maze import (Config, build_model, build_tokenizer, completion_text, evaluate_mazes, heldout_mazes,
-                  is_heldout, make_maze, maze_reward, prompt_text, render, solve, train_mazes)
+from maze import (MOVES, Config, build_model, build_tokenizer, completion_text, evaluate_mazes, find,
+                  heldout_mazes, is_heldout, make_maze, maze_reward, prompt_text, render, solve, train_mazes)
 
 # The 7x7 example of PAPER.md §6.2: a spanning tree whose shortest path is RIGHT x4, DOWN x4.
 PAPER_GRID = ["#######",
@@ -172,53 +172,67 @@ def test_solve_matches_reward_and_paper_example():
     for seed in range(50):
         grid = make_maze(9, seed)
         path = solve(grid)
-        assert maze_reward(grid, completion_text(path)) == 1.0
-        assert maze_reward(grid, completion_text(path), strict=True) == 1.0
-        assert maze_reward(grid, completion_text(path[:-1])) == 0.0      # one short of the goal
+        for rule in maze.RULES:
+            assert maze_reward(grid, completion_text(path), rule) == 1.0
+            assert maze_reward(grid, completion_text(path[:-1]), rule) == 0.0      # one short of the goal
+        assert maze_reward(grid, completion_text(path)) == 1.0                   # strict is the default
+
+
+R4D4 = "RIGHT RIGHT RIGHT RIGHT DOWN DOWN DOWN DOWN"                             # PAPER_GRID's shortest path
 
 
 @pytest.mark.parametrize("completion, walk, strict", [
-    ("RIGHT RIGHT RIGHT RIGHT DOWN DOWN DOWN DOWN DONE <eos>", 1.0, 1.0),
-    ("RIGHT RIGHT RIGHT RIGHT DOWN DOWN DOWN DOWN DONE", 1.0, 1.0),            # no <eos>: fine
-    ("RIGHTRIGHTRIGHTRIGHTDOWNDOWNDOWNDOWNDONE<eos>", 1.0, 1.0),              # Qwen2Tokenizer decode
-    ("RIGHT RIGHT RIGHT RIGHT DOWN DOWN DOWN DOWNX DONE", 0.0, 0.0),           # junk glued to a move
-    ("RIGHT RIGHT RIGHT RIGHT DOWN DOWN DOWN DOWN DONE UP junk <eos>", 1.0, 1.0),  # after DONE: ignored
-    ("RIGHT RIGHT RIGHT RIGHT DOWN DOWN DOWN DOWN <eos>", 0.0, 0.0),           # reaches G but no DONE
-    ("RIGHT RIGHT RIGHT RIGHT DOWN DOWN DOWN DOWN", 0.0, 0.0),
-    ("RIGHT RIGHT PATH RIGHT RIGHT DOWN DOWN DOWN DOWN DONE", 0.0, 0.0),       # non-move token
-    ("RIGHT RIGHT RIGHT RIGHT DOWN DOWN DOWN DOWN <eos> DONE", 0.0, 0.0),      # <eos> before DONE
-    ("DOWN RIGHT RIGHT RIGHT RIGHT DOWN DOWN DOWN DOWN DONE", 0.0, 0.0),       # wall bump at once
-    ("RIGHT RIGHT RIGHT RIGHT RIGHT DOWN DOWN DOWN DOWN DONE", 0.0, 0.0),      # into the border wall
-    ("RIGHT LEFT RIGHT RIGHT RIGHT RIGHT DOWN DOWN DOWN DOWN DONE", 1.0, 0.0),  # backtrack: walk only
-    ("RIGHT RIGHT DOWN DOWN LEFT LEFT RIGHT RIGHT UP UP RIGHT RIGHT DOWN DOWN DOWN DOWN DONE", 1.0, 0.0),
-    ("RIGHT RIGHT RIGHT RIGHT DOWN DOWN DOWN DOWN UP UP DONE", 1.0, 0.0),      # moves after the goal
-    ("RIGHT RIGHT RIGHT RIGHT DOWN DOWN DOWN DOWN LEFT DONE", 1.0, 0.0),       # even into a wall
-    ("RIGHT RIGHT DONE <eos>", 0.0, 0.0),                                      # stops short
+    (f"{R4D4} DONE <eos>", 1.0, 1.0),
+    (f"{R4D4} DONE", 0.0, 0.0),                                     # no <eos>: truncated, never ended
+    (f"{R4D4} DONE DONE DONE RIGHT", 0.0, 0.0),                     # rambling to the length limit
+    ("RIGHTRIGHTRIGHTRIGHTDOWNDOWNDOWNDOWNDONE<eos>", 1.0, 1.0),   # Qwen2Tokenizer decode
+    (f"{R4D4}X DONE <eos>", 0.0, 0.0),                              # junk glued to a move
+    (f"{R4D4} DONE UP junk <eos>", 1.0, 0.0),                       # after DONE: walk ignores it
+    (f"{R4D4} DONE DONE <eos>", 1.0, 0.0),
+    (f"{R4D4} DONE <eos> UP UP", 1.0, 1.0),                         # after <eos>: never sampled, ignored
+    (f"{R4D4} <eos>", 0.0, 0.0),                                    # reaches G but no DONE
+    (R4D4, 0.0, 0.0),
+    (f"RIGHT RIGHT PATH RIGHT RIGHT DOWN DOWN DOWN DOWN DONE <eos>", 0.0, 0.0),   # non-move token
+    (f"{R4D4} <eos> DONE", 0.0, 0.0),                               # <eos> before DONE
+    (f"DOWN {R4D4} DONE <eos>", 0.0, 0.0),                          # wall bump at once
+    ("RIGHT RIGHT RIGHT RIGHT RIGHT DOWN DOWN DOWN DOWN DONE <eos>", 0.0, 0.0),   # into the border wall
+    (f"RIGHT LEFT {R4D4} DONE <eos>", 1.0, 0.0),                    # backtrack: a detour, walk only
+    ("RIGHT RIGHT DOWN DOWN LEFT LEFT RIGHT RIGHT UP UP RIGHT RIGHT DOWN DOWN DOWN DOWN DONE <eos>", 1.0, 0.0),
+    (f"{R4D4} UP UP DONE <eos>", 1.0, 0.0),                         # moves after the goal
+    (f"{R4D4} LEFT DONE <eos>", 1.0, 0.0),                          # even into a wall
+    ("RIGHT RIGHT DONE <eos>", 0.0, 0.0),                           # stops short
     ("DONE <eos>", 0.0, 0.0),
     ("", 0.0, 0.0),
     ("   \n ", 0.0, 0.0),
-    ("FOO BAR DONE", 0.0, 0.0),                                                # unknown words
-    ("right right right right down down down down DONE", 0.0, 0.0),            # case matters
-    ("RIGHT RIGHT RIGHT RIGHT DOWN DOWN DOWN DOWN done", 0.0, 0.0),
-    (SHORTEST + ["DONE", "<eos>"], 1.0, 1.0),                                  # a list of token strings
-    (SHORTEST + ["DONE", 7], 0.0, 0.0),                                        # a list with a non-string
+    ("FOO BAR DONE <eos>", 0.0, 0.0),                               # unknown words
+    ("right right right right down down down down DONE <eos>", 0.0, 0.0),   # case matters
+    (f"{R4D4} done <eos>", 0.0, 0.0),
+    (SHORTEST + ["DONE", "<eos>"], 1.0, 1.0),                       # a list of token strings
+    (SHORTEST + ["DONE"], 0.0, 0.0),
+    (SHORTEST + ["DONE", 7], 0.0, 0.0),                             # a list with a non-string
     (None, 0.0, 0.0),
     (42, 0.0, 0.0),
-    (b"RIGHT DONE", 0.0, 0.0),
+    (b"RIGHT DONE <eos>", 0.0, 0.0),
     ([], 0.0, 0.0),
 ])
 def test_reward_edge_cases(completion, walk, strict):
-    assert maze_reward(PAPER_GRID, completion) == walk
-    assert maze_reward(PAPER_GRID, completion, strict=True) == strict
+    assert maze_reward(PAPER_GRID, completion, "walk") == walk
+    assert maze_reward(PAPER_GRID, completion, "strict") == strict
+    assert maze_reward(PAPER_GRID, completion) == strict
+
+
+def test_reward_rule_is_checked():
+    with pytest.raises(ValueError, match="strict"):
+        maze_reward(PAPER_GRID, f"{R4D4} DONE <eos>", "exact")
 
 
 def test_reward_leaving_the_grid():
     """A grid with no border wall: a move off the edge must be 0, not wrap around (grid[-1])."""
     grid = ["S.#", "###", "G.#"]
-    assert maze_reward(grid, "UP DONE") == 0.0          # grid[-1][0] is G: wrapping would score 1
-    assert maze_reward(grid, "LEFT DONE") == 0.0
-    assert maze_reward(["GS"], "RIGHT LEFT LEFT DONE") == 0.0
-    assert maze_reward(["GS"], "LEFT DONE") == 1.0
+    assert maze_reward(grid, "UP DONE <eos>", "walk") == 0.0          # grid[-1][0] is G: wrapping would score 1
+    assert maze_reward(grid, "LEFT DONE <eos>", "walk") == 0.0
+    assert maze_reward(["GS"], "RIGHT LEFT LEFT DONE <eos>", "walk") == 0.0
+    assert maze_reward(["GS"], "LEFT DONE <eos>", "walk") == 1.0
 
 
 def test_render():
@@ -254,7 +268,7 @@ def test_prompt_and_completion_round_trip(tok):
         cids = tok(comp)["input_ids"]
         assert cids[-2:] == [7, 2] and cids == [PAPER_IDS[w] for w in comp.split()]
         assert maze_reward(grid, tok.decode(cids)) == 1.0
-        assert maze_reward(grid, tok.convert_ids_to_tokens(cids), strict=True) == 1.0
+        assert maze_reward(grid, tok.convert_ids_to_tokens(cids), "strict") == 1.0
     assert prompt_text(PAPER_GRID).startswith("<bos> GRID_START WALL WALL WALL WALL WALL WALL WALL NEWLINE "
                                               "WALL START PATH PATH PATH PATH WALL NEWLINE")
 
@@ -319,7 +333,7 @@ def test_checkpoint_reloads_identically(tok, tmp_path):
     assert (tok2.pad_token_id, tok2.bos_token_id, tok2.eos_token_id) == (0, 1, 2)
     comp = tok2(completion_text(SHORTEST))["input_ids"]
     assert maze_reward(PAPER_GRID, tok2.decode(comp)) == 1.0                 # whatever its spacing
-    assert maze_reward(PAPER_GRID, tok2.convert_ids_to_tokens(comp), strict=True) == 1.0
+    assert maze_reward(PAPER_GRID, tok2.convert_ids_to_tokens(comp), "strict") == 1.0
     with torch.no_grad():
         assert torch.equal(model(ids).logits, model2(ids).logits)
     maze.save_checkpoint(model, tok, out, {"note": "again"})             # our own checkpoint: replaced
@@ -374,6 +388,7 @@ def test_evaluate_mazes_counts(tok):
     res = evaluate_mazes(eng, tok, grids, n=4, seed=7)
     assert res["walk"] == [i % 5 for i in range(10)]
     assert res["strict"] == [(i % 5 + 1) // 2 for i in range(10)]
+    assert res["truncated"] == [0] * 10
     prompts, n, seeds, budget, stop, kw = eng.calls[0]
     assert prompts == [tok(prompt_text(g))["input_ids"] for g in grids] and n == 4
     assert stop == [2] and budget == maze.max_new_tokens_for(9) and kw["temperature"] == 1.0
@@ -385,10 +400,70 @@ def test_evaluate_mazes_counts(tok):
     assert not set(eng3.calls[1][2]) & set(seeds)
 
 
+class RamblingEngine:
+    """Every sample is the shortest path and DONE, then DONE again until the length limit: what the
+    walk rule let one F-GRPO run learn (README). Unended, it must score 0 under every rule."""
+
+    def __init__(self, grids, tok):
+        self.grids, self.tok = grids, tok
+
+    def generate(self, prompts, n, seeds, *, max_new_tokens, stop_token_ids, **kw):
+        out = rollout.Rollouts([], [], [], [])
+        for i, g in enumerate(self.grids):
+            words = (solve(g) + ["DONE"] * max_new_tokens)[:max_new_tokens]
+            for _ in range(n):
+                out.prompt_index.append(i)
+                out.token_ids.append(self.tok.convert_tokens_to_ids(words))
+                out.engine_logp.append([0.0] * len(words))
+                out.finish_reason.append("length")
+        return out
+
+
+def test_never_ending_cannot_pay(tok):
+    """Truncated answers score 0 under both rules, in training (task.score) and evaluation."""
+    grids = heldout_mazes(9, 3)
+    res = evaluate_mazes(RamblingEngine(grids, tok), tok, grids, n=2, seed=0)
+    assert res["strict"] == res["walk"] == [0, 0, 0] and res["truncated"] == [2, 2, 2]
+    for rule in maze.RULES:
+        task = maze.make_task(tok, 9, seed=0, rule=rule, eval_mazes=3, eval_samples=2)
+        ids = tok.convert_tokens_to_ids(solve(grids[0]) + ["DONE"])
+        assert task.score([grids[0]] * 2, [ids, ids + [maze.EOS]])[0] == [0.0, 1.0]
+        counts = task.evaluate(RamblingEngine(grids, tok), 0, 1)
+        assert list(counts) == [rule, *(r for r in maze.RULES if r != rule), "truncated"]
+        assert counts["truncated"] == [2, 2, 2] and counts[rule] == [0, 0, 0]
+
+
+def test_detour_scores_only_under_walk(tok):
+    """The single-solution premise: a detour into a dead end and back reaches G, and only the walk
+    rule pays for it (train.py trains on --maze_reward strict by default)."""
+    tried = 0
+    for seed in range(20):
+        grid = make_maze(9, seed)
+        path = solve(grid)
+        pos, detour = find(grid, "S"), None
+        for j, m in enumerate(path):                  # the first cell on the path with a side branch
+            for side in MOVES:
+                nxt = maze.step(grid, pos, side)
+                if side != m and nxt is not None and (j == 0 or side != OPPOSITE[path[j - 1]]):
+                    detour = path[:j] + [side, OPPOSITE[side]] + path[j:]
+                    break
+            if detour:
+                break
+            pos = maze.step(grid, pos, m)
+        if detour is None:
+            continue
+        ids = tok.convert_tokens_to_ids(detour + ["DONE", "<eos>"])
+        scores = {rule: maze.make_task(tok, 9, 0, rule, eval_mazes=0).score([grid], [ids])[0][0]
+                  for rule in maze.RULES}
+        assert scores == {"strict": 0.0, "walk": 1.0}, (seed, detour)
+        tried += 1
+    assert tried >= 10                                # most 9x9 paths pass a side branch
+
+
 def test_evaluate_mazes_with_no_mazes(tok):
     """train.py splits the held-out mazes over ranks: with fewer mazes than ranks a rank has none."""
     res = evaluate_mazes(ScriptedEngine([], tok), tok, [], n=4, seed=0)
-    assert res == {"walk": [], "strict": [], "first": [], "trunc_frac": 0.0}
+    assert res == {"strict": [], "walk": [], "truncated": [], "first": []}
 
 
 def test_main_end_to_end(tmp_path):

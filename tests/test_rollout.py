@@ -40,6 +40,21 @@ def test_engine_logprobs_match_trainer_forward():
         assert torch.allclose(torch.tensor(got), want, atol=1e-5)
 
 
+def test_group_cache_matches_plain_attention():
+    """The engine's own KV cache (each prompt's keys once for its n samples, rows dropping out as they
+    stop, the per-row cache growing past its first 64 slots) gives the log-probs of transformers'
+    eager attention on the whole sequence, a code path that shares nothing with it."""
+    model = tiny_model()
+    ref = tiny_model()
+    ref.set_attn_implementation("eager")
+    r = TorchEngine(model, pad_token_id=0).generate(PROMPTS, n=4, seeds=[1, 2, 3], max_new_tokens=70,
+                                                    stop_token_ids=[STOP])
+    assert max(len(t) for t in r.token_ids) > 64 and min(len(t) for t in r.token_ids) < 10
+    want = completion_logp(ref, [PROMPTS[i] for i in r.prompt_index], r.token_ids, pad_token_id=0)
+    for got, w in zip(r.engine_logp, want):
+        assert torch.allclose(torch.tensor(got, dtype=torch.float32), w, atol=1e-5)
+
+
 def test_completions_are_keyed_by_seed_not_batch():
     model = tiny_model()
     kw = dict(max_new_tokens=10, stop_token_ids=[STOP])

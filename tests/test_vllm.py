@@ -221,4 +221,4 @@ def test_train_py_runs_with_vllm(setup, tmp_path):
     steps = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [m["step"] for m in steps] == [1, 2]
     assert all(m["logp/diff_max"] < TOL for m in steps), [m["logp/diff_max"] for m in steps]
-    assert steps[-1]["grad_norm"] > 0 and "eval/pass@1" in steps[-1]
+    assert steps[-1]["grad_norm"] > 0 and "eval/strict/pass@1" in steps[-1] and "eval/walk/pass@1" in steps[-1]

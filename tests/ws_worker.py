@@ -50,12 +50,16 @@ def main(out, micro_batch_size, loss, share_prompts):
     seqs = fixture()
     per_rank = len(seqs) // world                   # whole groups: 16 / world is a multiple of N = 4
     mine = seqs[rank * per_rank:(rank + 1) * per_rank]
-    stats, _ = train.update_minibatch(model, None, [q["prompt"] for q in mine], [q["completion"] for q in mine],
-                                      torch.tensor([q["adv"] for q in mine]), [q["old_logp"].double() for q in mine],
-                                      on_policy=False, cfg=cfg, pad_id=0, device=device, world=world)
+    prompts, completions = [q["prompt"] for q in mine], [q["completion"] for q in mine]
+    want = train.completion_logp(model, prompts, completions, 0)          # one sequence at a time, in order
+    stats, logp = train.update_minibatch(model, None, prompts, completions, torch.tensor([q["adv"] for q in mine]),
+                                         [q["old_logp"].double() for q in mine], on_policy=False, cfg=cfg, pad_id=0,
+                                         device=device, world=world)
+    # the logp returned must be each input sequence's own, whatever order the micro-batches took
+    logp_gap = max((a - b).abs().max().item() for a, b in zip(logp, want))
     grads = {n: p.grad.full_tensor() for n, p in model.named_parameters()}
     if rank == 0:
-        torch.save({"stats": stats, "grads": grads}, out)
+        torch.save({"stats": stats, "grads": grads, "logp_gap": logp_gap}, out)
     del model, grads                # see the end of train.main: free the device mesh first
     gc.collect()
     torch.distributed.barrier()
