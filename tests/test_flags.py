@@ -33,7 +33,7 @@ def load_bench(name):
 
 SCRIPTS = {"train": train, "evaluate": evaluate, "maze": maze, "simulate": simulate,
            **{f"bench/{n}": load_bench(n) for n in ("compare_runs", "reward_scoring", "rollout_speed",
-                                                     "simulate_step")}}
+                                                     "simulate_step", "gpu_check")}}
 # Fields where -1 is a legal value, with the bad value to try instead.
 BAD = {("maze", "show_seed"): -2,                      # -1 = off
        ("simulate", "r_wrong"): 5.0,                   # rewards may be negative, but R_c > R_w
