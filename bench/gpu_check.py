@@ -4,7 +4,7 @@ one GPU with nothing but PyTorch and transformers (no vLLM, no math-verify, no t
 internet). Prints the figures of each phase as it goes, then one summary table; --out also writes them
 as JSON.
 
-    python bench/gpu_check.py                                  # one H100 / H200: about 3-5 minutes
+    python bench/gpu_check.py                                  # one H100 / H200: within --budget_s
     python bench/gpu_check.py --out runs/gpu_check.json        # the same, figures also as JSON
     python bench/gpu_check.py --tiny true --device cpu         # tiny shapes on the CPU, < 1 minute (CI)
 
@@ -26,8 +26,11 @@ as JSON.
     (203 tokens at 17x17), where a trained policy stops after its path: an upper bound again.
 
 Budget: each part builds its model on the device, runs one warm-up step (kernel selection, allocator
-growth; reported, not averaged) and --steps timed steps; the defaults cap the LLM part at 4 steps of
-128 completions x <= 512 new tokens and the maze at 4 steps of 2,048 x <= 203.
+growth; reported, not averaged) and up to --steps timed steps; the defaults cap the LLM part at 4 steps
+of 128 completions x <= 512 new tokens and the maze at 4 steps of 2,048 x <= 203. A timed step after
+the first is skipped when the last one says it would end past the part's deadline (the LLM's at 60% of
+--budget_s, the maze's at 100%), so a slower GPU than planned still finishes in time, with fewer steps.
+Not yet timed on a GPU: the default budget leaves 80 s of the 8 minutes for start-up and imports.
 """
 import gc
 import json
@@ -64,13 +67,15 @@ class Config:
     maze_size: int = 17           # PAPER §6
     maze_prompts: int = 256       # PAPER Table 6
     peak_tflops: float = 0.0      # dense bf16 peak for MFU; 0 = from the GPU's name (PEAK_TFLOPS)
+    budget_s: int = 400           # seconds from start by which both parts end (see Budget above)
     threads: int = 0              # CPU threads, 0 = torch's default
     seed: int = 0
     out: str = ""                 # also write the figures as JSON here
 
     def __post_init__(self):
         check(self.device in ("auto", "cpu", "cuda"), f"--device {self.device!r}: expected auto, cpu or cuda")
-        check_min(self, 1, "steps", "prompts", "prompt_len", "max_new_tokens", "micro_batch_size", "maze_prompts")
+        check_min(self, 1, "steps", "prompts", "prompt_len", "max_new_tokens", "micro_batch_size", "maze_prompts",
+                  "budget_s")
         check_min(self, 0, "threads", "seed", "peak_tflops")
         check(self.group_size >= 2, f"--group_size {self.group_size}: need >= 2 for a group baseline")
         check(self.prompts % 4 == 0, f"--prompts {self.prompts}: must be a multiple of 4 (4 mini-batches a step)")
@@ -90,7 +95,7 @@ QWEN25_15B = dict(vocab_size=151936, hidden_size=1536, intermediate_size=8960, n
 TINY_LLM = dict(vocab_size=4096, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                 num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512, tie_word_embeddings=True)
 # --tiny true replaces these flags (CPU, under a minute on 2 busy cores).
-TINY = dict(steps=1, prompts=4, group_size=4, prompt_len=16, max_new_tokens=8, maze_size=7, maze_prompts=8)
+TINY = dict(prompts=4, group_size=4, prompt_len=16, max_new_tokens=8, maze_size=7, maze_prompts=8)
 # Dense bf16 tensor-core peaks, TFLOP/s, by a substring of torch.cuda.get_device_name (first match).
 PEAK_TFLOPS = (("H100 PCIe", 756.0), ("H100", 989.0), ("H200", 989.0), ("A100", 312.0))
 
@@ -119,8 +124,9 @@ def math_shaped_task(vocab, prompt_len, max_new_tokens, seed):
                 show=lambda ids: f"{len(ids)} tokens")
 
 
-def run_part(name, cfg, train_cfg, load, task, pad, device, clock):
-    """Build with train.build, then one warm-up and cfg.steps timed train.rl_step calls -> figures."""
+def run_part(name, cfg, train_cfg, load, task, pad, device, clock, deadline):
+    """Build with train.build, then one warm-up and up to cfg.steps timed train.rl_step calls, none
+    started when the last step's time says it would end past `deadline` (perf_counter) -> figures."""
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats()
     t = time.perf_counter()
@@ -131,6 +137,9 @@ def run_part(name, cfg, train_cfg, load, task, pad, device, clock):
     prompt_tokens = len(task.prompt(0)[0])                      # every prompt of a part has this length
     steps = []
     for step in range(1 + cfg.steps):
+        if step >= 2 and time.perf_counter() + steps[-1]["step"] > deadline:
+            clock(f"{name}: stopping after {step - 1} timed step(s): another would pass the budget")
+            break
         r = train.rl_step(train_cfg, step, task, model, ref_model, engine, opt, pad=pad, device=device,
                           rank=0, world=1)
         lens = [len(c) for c in r.rollouts.token_ids]
@@ -214,14 +223,14 @@ def main(cfg):
                                mini_batch_prompts=cfg.prompts // 4, max_response_len=cfg.max_new_tokens, **common)
         llm = run_part("LLM", cfg, llm_cfg, random_loader(lambda: Qwen2ForCausalLM(Qwen2Config(**shape)), device),
                        math_shaped_task(shape["vocab_size"], cfg.prompt_len, cfg.max_new_tokens, cfg.seed),
-                       shape["vocab_size"] - 1, device, clock)           # pad: a token no prompt holds
+                       shape["vocab_size"] - 1, device, clock, t_start + 0.6 * cfg.budget_s)   # pad: in no prompt
         # (b) the maze: the README's Table 4 command (lr 1e-4, 256 prompts in one mini-batch, no warm-up)
         maze_cfg = train.Config(task="maze", model="maze.build_model", maze_size=cfg.maze_size, lr=1e-4,
                                 prompts_per_step=cfg.maze_prompts, mini_batch_prompts=cfg.maze_prompts,
                                 warmup_steps=0, eval_mazes=0, **common)
         task = maze.make_task(maze.build_tokenizer(), cfg.maze_size, cfg.seed, eval_mazes=0)
         mz = run_part("maze", cfg, maze_cfg, random_loader(maze.build_model, device),
-                      replace(task, stop_token_ids=[]), maze.PAD, device, clock)
+                      replace(task, stop_token_ids=[]), maze.PAD, device, clock, t_start + cfg.budget_s)
     for f in (llm, mz):
         f["mfu"] = f["update_tflop_s"] / peak if peak else None
     report = {"config": asdict(cfg), "device": gpu, "torch": torch.__version__, "transformers": transformers.__version__,

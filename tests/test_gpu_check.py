@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.slow             # a subprocess that builds and trains two models: seconds
 ROOT = Path(__file__).resolve().parents[1]
 # The GPU image has PyTorch and transformers only: make these imports fail, as they would there.
 ABSENT = ("vllm", "math_verify", "datasets")
@@ -22,15 +21,18 @@ RUN = ("import runpy, sys\n"
        "runpy.run_path(sys.argv[0], run_name='__main__')\n")
 
 
+@pytest.mark.slow                          # a subprocess that builds and trains two models: seconds
 def test_tiny_gpu_check_runs_on_the_cpu_with_only_torch_and_transformers(tmp_path):
     out = tmp_path / "gpu_check.json"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "FGRPO_DATA": str(tmp_path / "no_data")}
+    # --budget_s 1: the maze part starts after its deadline, so it stops after one timed step.
     r = subprocess.run([sys.executable, "-c", RUN, "bench/gpu_check.py", "--tiny", "true", "--device", "cpu",
-                        "--threads", "1", "--out", str(out)], cwd=ROOT, env=env, capture_output=True, text=True,
-                       timeout=300)
+                        "--threads", "1", "--steps", "2", "--budget_s", "1", "--out", str(out)], cwd=ROOT, env=env,
+                       capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
     report = json.loads(out.read_text())
     assert report["total_s"] < 60                                # the CPU smoke run's budget
+    assert report["parts"]["maze"]["timed_steps"] == 1 and "maze: stopping after 1 timed step" in r.stdout
     assert "| part | figure | value |" in r.stdout and "update TFLOP/s, MFU" in r.stdout
     llm, mz = report["parts"]["llm"], report["parts"]["maze"]
     # No stop token: every completion runs to its cap, so the token counts are known exactly.
