@@ -13,7 +13,7 @@ paired m-out-of-n subsampling test between two runs, and Delta NLL_rare.
     python evaluate.py --mode report --inputs runs/eval/grpo.json runs/eval/fgrpo.json --out runs/eval/table1
     python evaluate.py --model out/maze_rl/final --benchmarks maze --n 64 --out runs/eval/maze.json   # Table 4
     python evaluate.py --mode rare_select --model Qwen/Qwen2.5-7B --device cuda --out runs/eval/rare_set.json
-    python evaluate.py --mode rare_score --model runs/fgrpo/epoch5 --rare runs/eval/rare_set.json \
+    python evaluate.py --mode rare_score --model out/fgrpo/epoch_5 --rare runs/eval/rare_set.json \
         --out runs/eval/rare_fgrpo.json
 
 Modes: eval writes one JSON with every problem's (n, c), so pass@k can be recomputed without sampling,
@@ -415,6 +415,9 @@ def run_eval_many(cfg):
     for i, run in enumerate(runs):
         print(f"checkpoint {i + 1}/{len(runs)}: {run.model} -> {run.out}")
         run_eval(run, data)
+    if not set(cfg.benchmarks) & set(MATH):
+        print("no math benchmark asked for: no selection (PAPER App. L.4 selects by math pass@1)")
+        return None
     return write_selection(cfg, [run.out for run in runs], folder / "selection.json")
 
 
@@ -583,7 +586,8 @@ def write_selection(cfg, paths, out):
     """Select among the result files `paths` (select_checkpoint), capped by --baseline; write `out`
     (.json, result paths relative to it) and a table of every candidate beside it (.md)."""
     out = Path(out)
-    results = {str(p): load_result(p) for p in paths}
+    # A selection among the inputs (runs/eval/grpo/*.json picks up selection.json) is no candidate.
+    results = {str(p): load_result(p) for p in paths if not is_selection(json.loads(Path(p).read_text()))}
     cap = baseline_rollouts(cfg.baseline) if cfg.baseline else None
     try:
         sel = select_checkpoint(results, cap)

@@ -280,6 +280,9 @@ def test_selection_takes_the_baseline_best_then_the_focal_best_within_its_comput
                                              4: ([4] * 4, [4, 4])})
     free = evaluate.main(evaluate.Config(mode="select", inputs=tuple(fgrpo), out=str(tmp_path / "free.json")))
     assert free["best"]["model"] == "out/fgrpo/epoch_4"                      # without the rule
+    again = evaluate.main(evaluate.Config(mode="select", inputs=(*fgrpo, str(tmp_path / "free.json")),
+                                          out=str(tmp_path / "free.json")))     # a glob over a folder with its selection
+    assert len(again["candidates"]) == 4
     sel = evaluate.main(evaluate.Config(mode="select", inputs=(*fgrpo, base), baseline=str(tmp_path / "grpo" / "selection.json"),
                                         out=str(tmp_path / "fgrpo" / "selection.json")))
     assert sel["best"]["model"] == "out/fgrpo/epoch_2" and sel["max_rollouts"] == 300 * 256 * 8
