@@ -146,6 +146,7 @@ class Config:
             check(Path(f).is_file(), f"--inputs {f}: no such file")
         if self.baseline:
             check(Path(self.baseline).is_file(), f"--baseline {self.baseline}: no such file")
+            baseline_rollouts(self.baseline)           # a bad one stops here, not after the evaluations
         if self.mode == "rare_score":
             check(Path(self.rare).is_file(), f"--rare {self.rare}: no such file")
         if self.mode == "rare_select" and self.data:
@@ -572,14 +573,17 @@ def select_checkpoint(results, max_rollouts=None):
 
 
 def baseline_rollouts(path):
-    """The compute cap of step 3: the rollouts of the best checkpoint in the baseline's selection.json."""
+    """The compute cap of step 3: the rollouts of the best checkpoint in the baseline's selection.json
+    (ValueError naming --baseline when it is not one, or its best has no known compute)."""
     try:
         best = json.loads(Path(path).read_text())["best"]
+        rollouts = best["rollouts"]
     except (OSError, ValueError, KeyError, TypeError):
-        refuse(f"--baseline {path}: not a selection.json (evaluate.py --models or --mode select writes one)")
-    if best.get("rollouts") is None:
-        refuse(f"--baseline {path}: its best checkpoint has no progress.json, so no compute to match")
-    return best["rollouts"]
+        raise ValueError(f"--baseline {path}: not a selection.json (evaluate.py --models or --mode select "
+                         "writes one)") from None
+    check(rollouts is not None, f"--baseline {path}: its best checkpoint has no progress.json, so no compute "
+          "to match")
+    return rollouts
 
 
 def write_selection(cfg, paths, out):
@@ -588,8 +592,8 @@ def write_selection(cfg, paths, out):
     out = Path(out)
     # A selection among the inputs (runs/eval/grpo/*.json picks up selection.json) is no candidate.
     results = {str(p): load_result(p) for p in paths if not is_selection(json.loads(Path(p).read_text()))}
-    cap = baseline_rollouts(cfg.baseline) if cfg.baseline else None
     try:
+        cap = baseline_rollouts(cfg.baseline) if cfg.baseline else None
         sel = select_checkpoint(results, cap)
     except ValueError as e:
         refuse(e)

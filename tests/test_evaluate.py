@@ -310,6 +310,8 @@ def test_selection_refuses_results_of_another_evaluation_setting(tmp_path):
                                                                                        "pass@k": {"1": 0.25}}}})
     with pytest.raises(ValueError, match="no math benchmark"):
         evaluate.select_checkpoint({str(gpqa): evaluate.load_result(gpqa)})
+    with pytest.raises(ValueError, match="--baseline .*not a selection"):       # before any evaluation
+        evaluate.Config(mode="select", inputs=(a,), baseline=a, out=str(tmp_path / "s.json"))
 
 
 def test_models_expands_globs_in_natural_order_and_refuses_clashes(tmp_path):
