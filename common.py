@@ -17,6 +17,7 @@ import tempfile
 import types
 import typing
 from dataclasses import dataclass
+from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Callable
 
@@ -169,8 +170,9 @@ def data_dir():
 #
 # A folder we write whole (a maze checkpoint, train.py's final export) carries a marker file,
 # MARKER, that lists the names we put in it. An entry of a folder is ours when the marker lists it,
-# when the caller names it as one of its fixed outputs (`known`: train.py's run.json, ckpt, ...),
-# or when it is the leftover of one of our atomic writes of such a name (.NAME.tmp.*, .NAME.old).
+# when the caller names it as one of its fixed outputs (`known`: train.py's run.json, ckpt, ...; a
+# known name may be a glob pattern, as train.py's per-epoch exports "epoch_[0-9]*" are), or when it
+# is the leftover of one of our atomic writes of such a name (.NAME.tmp.*, .NAME.old).
 # A folder may be written into, or replaced, only when every entry in it is ours.
 
 MARKER = ".fgrpo.json"
@@ -184,9 +186,16 @@ def owned_entries(folder):
         return set()
 
 
-def is_temp_of(entry, names):
-    """Whether `entry` is what a killed atomic write of one of `names` left: .NAME.tmp.* or .NAME.old."""
-    return any(entry.startswith(f".{n}.tmp.") or entry == f".{n}.old" for n in names)
+def is_temp_of(entry, names, patterns=()):
+    """Whether `entry` is what a killed atomic write of one of `names` (exact) or of a name matching
+    one of `patterns` (fnmatch globs) left: .NAME.tmp.* or .NAME.old."""
+    return any(entry.startswith(f".{n}.tmp.") or entry == f".{n}.old" for n in names) or \
+        any(fnmatchcase(entry, f".{p}.tmp.*") or fnmatchcase(entry, f".{p}.old") for p in patterns)
+
+
+def is_known(entry, known):
+    """Whether `entry` is one of a script's fixed output names; `known` may hold glob patterns."""
+    return any(fnmatchcase(entry, k) for k in known)
 
 
 def check_writable(path, flag):
@@ -205,8 +214,9 @@ def check_out_dir(path, flag="--out_dir", known=()):
     p = Path(path)
     check(not p.exists() or p.is_dir(), f"{flag} {p}: is a file, not a folder")
     if p.is_dir():
-        ours = owned_entries(p) | set(known) | {MARKER}
-        foreign = sorted(e for e in os.listdir(p) if e not in ours and not is_temp_of(e, ours))
+        ours = owned_entries(p) | {MARKER}
+        foreign = sorted(e for e in os.listdir(p) if e not in ours and not is_known(e, known)
+                         and not is_temp_of(e, ours, known))
         if foreign:
             more = f" and {len(foreign) - 1} more" if len(foreign) > 1 else ""
             raise ValueError(f"{flag} {p}: holds {foreign[0]!r}{more}, which we did not write; choose "
@@ -222,11 +232,12 @@ def mark_out_dir(path, entries):
                                    "entries": sorted(owned_entries(p) | set(entries))})
 
 
-def remove_temp(folder, names):
-    """Delete what killed atomic writes of `names` left in `folder` (.NAME.tmp.*, .NAME.old): only those."""
+def remove_temp(folder, names, patterns=()):
+    """Delete what killed atomic writes of `names` (or of names matching the glob `patterns`) left in
+    `folder` (.NAME.tmp.*, .NAME.old): only those."""
     folder = Path(folder)
     for entry in (os.listdir(folder) if folder.is_dir() else []):
-        if is_temp_of(entry, names):
+        if is_temp_of(entry, names, patterns):
             p = folder / entry
             shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()
 

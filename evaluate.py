@@ -5,19 +5,27 @@ paired m-out-of-n subsampling test between two runs, and Delta NLL_rare.
     python evaluate.py --model tiny --benchmarks math500 gpqa --n 4 --max_problems 2 --max_new_tokens 16 \
         --out runs/eval/tiny.json                                                             # CPU smoke test
     python evaluate.py --model Qwen/Qwen2.5-7B --device cuda --out runs/eval/qwen25_base.json     # n = 1024, all
+    python evaluate.py --models 'out/grpo/epoch_*' --device cuda --out runs/eval/grpo   # each epoch, then the best
+    python evaluate.py --models 'out/fgrpo/epoch_*' --baseline runs/eval/grpo/selection.json --device cuda \
+        --out runs/eval/fgrpo                          # F-GRPO's best within the baseline's compute (App. L.4)
+    python evaluate.py --mode select --inputs runs/eval/grpo/epoch_*.json --out runs/eval/grpo_best.json
     python evaluate.py --mode compare --inputs runs/eval/grpo.json runs/eval/fgrpo.json --out runs/eval/cmp.json
     python evaluate.py --mode report --inputs runs/eval/grpo.json runs/eval/fgrpo.json --out runs/eval/table1
     python evaluate.py --model out/maze_rl/final --benchmarks maze --n 64 --out runs/eval/maze.json   # Table 4
     python evaluate.py --mode rare_select --model Qwen/Qwen2.5-7B --device cuda --out runs/eval/rare_set.json
-    python evaluate.py --mode rare_score --model runs/fgrpo/epoch5 --rare runs/eval/rare_set.json \
+    python evaluate.py --mode rare_score --model out/fgrpo/epoch_5 --rare runs/eval/rare_set.json \
         --out runs/eval/rare_fgrpo.json
 
 Modes: eval writes one JSON with every problem's (n, c), so pass@k can be recomputed without sampling,
 plus pass@k for k = 1, 2, 4, ..., n per benchmark and the averages, and a Table-1-style .md beside it;
 both are rewritten as each benchmark finishes ("pending" lists those still to come), so a failure
 keeps what was done. Every benchmark file is read before the model loads: bad data stops the run first.
+With --models (several checkpoints, e.g. train.py's per-epoch exports) --out is a folder: one
+NAME.json and NAME.md per checkpoint, then selection.json / .md naming the best by math pass@1 under
+the rule of PAPER App. L.4 (select_checkpoint); select does only that last part, on result files.
 compare runs the significance test on two such files (B minus A); report writes a table (.md) and a
-pass@k-curve plot (.png) for several files; rare_select / rare_score are the two halves of Delta NLL_rare.
+pass@k-curve plot (.png) for several files; both also take a selection.json, meaning its best result.
+rare_select / rare_score are the two halves of Delta NLL_rare.
 
 Choices the paper leaves open:
 1) Averages are unweighted means over the benchmarks present (6 math; OOD is IFEval + GPQA here:
@@ -29,9 +37,13 @@ Choices the paper leaves open:
 4) The significance test draws each model's subsample independently; the interval is the 2.5-97.5
    percentiles of (B - A) over the iterations, and "mean diff" is the mean over iterations.
 """
+import dataclasses
+import glob
 import json
 import math
+import os
 import random
+import re
 import zlib
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -66,8 +78,13 @@ GOLD_FIXES = {("minerva", 5): "\\arcsin(10/13)", ("minerva", 38): "-1/3", ("mine
 
 @dataclass
 class Config:
-    mode: str = "eval"             # eval | compare | report | rare_select | rare_score
+    mode: str = "eval"             # eval | select | compare | report | rare_select | rare_score
     model: str = "Qwen/Qwen2.5-7B" # HF id or local dir; "tiny" = random 2-layer Qwen2 + the real Qwen2.5 tokenizer
+    models: tuple[str, ...] = ()   # eval: several checkpoints instead of --model (folders, or quoted globs such as
+                                   # 'out/grpo/epoch_*'), one after another, then the best (select_checkpoint);
+                                   # --out is then a folder: NAME.json per checkpoint and selection.json
+    baseline: str = ""             # --models, select: the baseline's selection.json; only checkpoints that used
+                                   # no more compute than its best are candidates (PAPER App. L.4)
     family: str = "auto"           # qwen2.5 | qwen3 | llama3 (prompts, stop tokens, length); auto = from the model
     benchmarks: tuple[str, ...] = MATH + OOD
     n: int = 1024                  # samples per problem (PAPER §8)
@@ -83,7 +100,8 @@ class Config:
     device: str = "cpu"            # cpu | cuda | cuda:N
     seed: int = 0
     workers: int = 2               # math-verify worker processes
-    inputs: tuple[str, ...] = ()   # compare (exactly 2: A then B) / report: result files
+    inputs: tuple[str, ...] = ()   # compare (exactly 2: A then B) / report / select: result files (compare and
+                                   # report also take a selection.json: its best result)
     m: int = 256                   # compare: subsample size (PAPER §8)
     iters: int = 50_000            # compare: subsampling iterations
     data: str = ""                 # rare_select: training jsonl; "" = data_dir()/train/deepscaler_partial.jsonl
@@ -91,11 +109,12 @@ class Config:
     rare_prompts: int = 256
     rare_samples: int = 800
     rare_frac: float = 0.01        # top 1% by base NLL among correct rollouts, in (0, 1]
-    out: str = "runs/eval/result.json"   # a .json (report: a stem for .md and .png); an existing file
-                                         # is replaced only if evaluate.py wrote it (written_by_us)
+    out: str = "runs/eval/result.json"   # a .json (report: a stem for .md and .png; --models: a folder); an
+                                         # existing file is replaced only if evaluate.py wrote it (written_by_us)
 
     def __post_init__(self):
-        check(self.mode in ("eval", "compare", "report", "rare_select", "rare_score"), f"--mode {self.mode!r}: unknown")
+        check(self.mode in ("eval", "select", "compare", "report", "rare_select", "rare_score"),
+              f"--mode {self.mode!r}: unknown")
         unknown = [b for b in self.benchmarks if b not in BENCHMARKS]
         check(not unknown, f"--benchmarks: unknown {unknown}; choose from {list(BENCHMARKS)}")
         check(len(self.benchmarks) == len(set(self.benchmarks)), "--benchmarks: a benchmark is named twice")
@@ -109,22 +128,38 @@ class Config:
         check(self.engine in ("torch", "vllm"), f"--engine {self.engine!r}: expected torch or vllm")
         check(self.maze_reward in ("strict", "walk"), f"--maze_reward {self.maze_reward!r}: expected strict or walk")
         check(self.mode != "compare" or len(self.inputs) == 2, "--inputs: compare needs exactly two result files")
-        check(self.mode != "report" or len(self.inputs) >= 1, "--inputs: report needs at least one result file")
+        check(self.mode not in ("report", "select") or len(self.inputs) >= 1,
+              f"--inputs: {self.mode} needs at least one result file")
+        check(not self.models or self.mode == "eval", "--models: only with --mode eval")
+        check(not self.baseline or self.mode == "select" or self.models, "--baseline: only with --models or --mode select")
+        self.models = expand_models(self.models)
         check(self.mode != "rare_score" or self.rare, "--rare: rare_score needs the rare_select output")
         self.check_files()
 
     def check_files(self):
         """What the mode reads exists, and what it writes may be written, before any model loads."""
-        if self.mode in ("eval", "rare_select", "rare_score") and self.model != "tiny":
-            check_pretrained(self.model, "--model")
-        for f in self.inputs if self.mode in ("compare", "report") else ():
+        flag = "--models" if self.models else "--model"
+        if self.mode in ("eval", "rare_select", "rare_score"):
+            for m in self.models or (self.model,):
+                if m != "tiny":
+                    check_pretrained(m, flag)
+                if self.mode == "eval" and "maze" in self.benchmarks:
+                    check((Path(m) / "sft.json").is_file(), f"{flag} {m}: no sft.json, not a maze checkpoint")
+        for f in self.inputs if self.mode in ("compare", "report", "select") else ():
             check(Path(f).is_file(), f"--inputs {f}: no such file")
+        if self.baseline:
+            check(Path(self.baseline).is_file(), f"--baseline {self.baseline}: no such file")
+            baseline_rollouts(self.baseline)           # a bad one stops here, not after the evaluations
         if self.mode == "rare_score":
             check(Path(self.rare).is_file(), f"--rare {self.rare}: no such file")
         if self.mode == "rare_select" and self.data:
             check(Path(self.data).is_file(), f"--data {self.data}: no such file")
             check_utf8(self.data)
-        check(self.mode == "report" or self.out.endswith(".json"), f"--out {self.out}: expected a .json name")
+        if self.models:
+            check(not self.out.endswith(".json"), f"--out {self.out}: with --models, a folder (one result per "
+                  "checkpoint, and selection.json)")
+        else:
+            check(self.mode == "report" or self.out.endswith(".json"), f"--out {self.out}: expected a .json name")
         for f in outputs(self):
             check(not f.exists() or (f.is_file() and written_by_us(f)),
                   f"--out {self.out}: {f} exists and evaluate.py did not write it; choose another --out")
@@ -132,10 +167,39 @@ class Config:
 
 
 def outputs(cfg):
-    """The files a mode writes: --out, and the table (and plot) beside it."""
+    """The files a mode writes: --out, and the table (and plot) beside it; with --models, those of
+    each checkpoint and of the selection, in the folder --out."""
     out = Path(cfg.out)
-    return {"eval": [out, out.with_suffix(".md")],
+    if cfg.models:
+        return [out / f"{name}{ext}" for name in [*map(checkpoint_name, cfg.models), "selection"]
+                for ext in (".json", ".md")]
+    return {"eval": [out, out.with_suffix(".md")], "select": [out, out.with_suffix(".md")],
             "report": [out.with_suffix(".md"), out.with_suffix(".png")]}.get(cfg.mode, [out])
+
+
+def checkpoint_name(model):
+    """A checkpoint's name in --models' output folder: its folder's name (out/grpo/epoch_3 -> epoch_3)."""
+    return Path(model.rstrip("/")).name
+
+
+def expand_models(models):
+    """--models with each glob pattern replaced by the folders it matches, in natural order
+    (epoch_2 before epoch_10); names that are not patterns (hub ids too) stay as they are."""
+    natural = lambda p: [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", p)]
+    found = []
+    for m in models:
+        if glob.has_magic(m):
+            matches = sorted((p for p in glob.glob(m) if Path(p).is_dir()), key=natural)
+            check(matches, f"--models {m}: matches no folder")
+            found += matches
+        else:
+            found.append(m)
+    found = list(dict.fromkeys(found))                   # a checkpoint named twice is evaluated once
+    names = [checkpoint_name(m) for m in found]
+    clash = sorted({n for n in names if names.count(n) > 1 or n == "selection"}) + [None]
+    check(clash[0] is None, f"--models: the result name {clash[0]!r} would be written twice (or is the "
+          "selection's); evaluate one run's checkpoints per --out folder")
+    return tuple(found)
 
 
 def written_by_us(path):
@@ -239,13 +303,12 @@ def score(task, completions, rows, scorer):
 
 def load_benchmarks(cfg):
     """{name: (rows, task)} of the benchmarks asked for, read before any model loads; a bad file
-    stops the run at once, in one line that names it (and the maze needs a maze checkpoint)."""
+    stops the run at once, in one line that names it. (The maze's mazes are generated, and
+    Config.check_files made sure the model is a maze checkpoint.)"""
     loaded = {}
     for name in cfg.benchmarks:
         try:
-            if name == "maze":
-                check((Path(cfg.model) / "sft.json").is_file(), f"--model {cfg.model}: no sft.json, not a maze checkpoint")
-            elif name != "synlogic":
+            if name not in ("maze", "synlogic"):
                 loaded[name] = load_benchmark(name, cfg.max_problems)
         except (OSError, ValueError) as e:
             refuse(f"--benchmarks {name}: {e}")
@@ -284,13 +347,15 @@ def evaluate_maze(cfg, engine, tok):
     return out
 
 
-def run_eval(cfg):
+def run_eval(cfg, data=None):
+    """Evaluate cfg.model on the benchmarks (`data`: load_benchmarks' output, read here if None)."""
     import rollout
-    data = load_benchmarks(cfg)
+    data = data if data is not None else load_benchmarks(cfg)
     model, tok, family = load_model(cfg, weights=cfg.engine == "torch")
     engine = rollout.make_engine(cfg.engine, cfg.model, pad_token_id=reward.pad_id(tok), device=cfg.device,
                                  dtype=model_dtype(cfg), model=model)
-    result = {"config": asdict(cfg), "family": family, "benchmarks": {}, "pending": list(cfg.benchmarks)}
+    result = {"config": asdict(cfg), "family": family, "checkpoint": training_progress(cfg.model),
+              "benchmarks": {}, "pending": list(cfg.benchmarks)}
     with reward.Scorer(workers=cfg.workers) as scorer:
         for name in cfg.benchmarks:
             if name == "synlogic":
@@ -308,6 +373,30 @@ def run_eval(cfg):
     return result
 
 
+def run_eval_many(cfg):
+    """--models: evaluate each checkpoint as a one-model run would, into --out/NAME.json, then select
+    the best of them (write_selection). The benchmarks are read once, before the first model loads."""
+    folder = Path(cfg.out)
+    runs = [dataclasses.replace(cfg, model=m, models=(), baseline="", out=str(folder / f"{checkpoint_name(m)}.json"))
+            for m in cfg.models]
+    data = load_benchmarks(runs[0])
+    for i, run in enumerate(runs):
+        print(f"checkpoint {i + 1}/{len(runs)}: {run.model} -> {run.out}")
+        run_eval(run, data)
+    if not set(cfg.benchmarks) & set(MATH):
+        print("no math benchmark asked for: no selection (PAPER App. L.4 selects by math pass@1)")
+        return None
+    return write_selection(cfg, [run.out for run in runs], folder / "selection.json")
+
+
+def training_progress(model):
+    """The progress.json that train.py puts in its exports (step, epochs, rollouts, config), or None."""
+    try:
+        return json.loads((Path(model) / "progress.json").read_text())
+    except (OSError, ValueError):
+        return None
+
+
 def save_result(cfg, result):
     result["averages"] = averages(result["benchmarks"])
     atomic_write_json(cfg.out, result)
@@ -318,7 +407,10 @@ def save_result(cfg, result):
 # Table 1 cells, pass@k curves
 
 def load_result(path):
+    """A result file as eval wrote it; for a selection.json, the result of its best checkpoint."""
     r = json.loads(Path(path).read_text())
+    if is_selection(r):
+        return load_result(Path(path).parent / r["best"]["result"])
     for b in list(r["benchmarks"].values()) + list(r.get("averages", {}).values()):
         if "pass@k" in b:       # JSON object keys are strings; k is an int again here
             b["pass@k"] = {int(k): v for k, v in b["pass@k"].items()}
@@ -372,12 +464,127 @@ def plot(results, labels, path):
     plt.close(fig)
 
 
+def is_selection(r):
+    """Whether a loaded JSON is a selection (write_selection) rather than a result."""
+    return "best" in r and "candidates" in r
+
+
+def result_label(path):
+    """A run's name in tables: the file's stem; for a selection.json, its run and best checkpoint
+    (runs/eval/grpo/selection.json -> grpo/epoch_7)."""
+    r = json.loads(Path(path).read_text())
+    if is_selection(r):
+        return f"{Path(path).parent.name}/{Path(r['best']['result']).stem}"
+    return Path(path).stem
+
+
 def run_report(cfg):
-    results, labels = [load_result(p) for p in cfg.inputs], [Path(p).stem for p in cfg.inputs]
+    results, labels = [load_result(p) for p in cfg.inputs], [result_label(p) for p in cfg.inputs]
     md = table(results, labels)
     atomic_write_text(Path(cfg.out).with_suffix(".md"), md)
     plot(results, labels, Path(cfg.out).with_suffix(".png"))
     print(md)
+
+
+# -----------------------------------------------------------------------------
+# Checkpoint selection (PAPER App. L.4, §10 row 12)
+#
+# The paper's rule:
+#   1. save a checkpoint at the end of every epoch (train.py's epoch_E exports);
+#   2. take the baseline's best checkpoint by average math pass@1;
+#   3. compare it with the best Focal checkpoint that used no more compute than that baseline checkpoint.
+# How we apply it:
+# - Compute is rollouts sampled so far (progress.json: steps x prompts per step x N). With the
+#   baseline's batch and N, as in every Table 1 row, "no more rollouts" is the paper's inferred reading
+#   "the Focal checkpoint's epoch is <= the baseline's"; with another N (Table 2) it still counts work.
+#   Step 3's cap comes from --baseline, the baseline's selection.json; a checkpoint with no
+#   progress.json (a base model, a hub id) has unknown compute and is no candidate under a cap.
+# - Average math pass@1 is the unweighted mean over the math benchmarks (PAPER §8). Every candidate
+#   must have every math benchmark that any of them has: a result missing one (still pending after a
+#   crash, or not asked for) is left out and listed with the reason, never averaged over fewer.
+#   Candidates evaluated on other problems or another n are refused: their means do not compare.
+# - Ties go to less compute, then to the earlier file name.
+# - The paper names no validation split, so selection uses the reported benchmarks; that is
+#   optimistic for both arms alike. It may use a smaller n than the final evaluation; n is recorded.
+
+def select_checkpoint(results, max_rollouts=None):
+    """results: {result path: result} -> {"math_benchmarks", "n", "best", "candidates", "excluded"}, where
+    each candidate is {"result", "model", "math_pass@1", "step", "rollouts"}, best the highest math
+    pass@1 among those with rollouts <= max_rollouts (when given), and excluded [{"result", "reason"}]."""
+    names = [b for b in MATH if any("pass@k" in r["benchmarks"].get(b, {}) for r in results.values())]
+    check(names, "--inputs: no math benchmark in the results, nothing to select by")
+    candidates, excluded, reference = [], [], None
+    for path, r in results.items():
+        progress = r.get("checkpoint") or {}
+        missing = [b for b in names if "pass@k" not in r["benchmarks"].get(b, {})]
+        if missing:
+            excluded.append({"result": path, "reason": f"no result for {', '.join(missing)}"})
+            continue
+        rollouts = progress.get("rollouts")
+        if max_rollouts is not None and (rollouts is None or rollouts > max_rollouts):
+            excluded.append({"result": path, "reason": "no progress.json, compute unknown" if rollouts is None
+                             else f"{rollouts} rollouts, over the baseline's {max_rollouts}"})
+            continue
+        setting = {b: (r["benchmarks"][b]["n"], r["benchmarks"][b]["ids"]) for b in names}
+        reference = reference or (path, setting)
+        check(setting == reference[1], f"--inputs: {path} and {reference[0]} were evaluated on other problems "
+              "or another n; select among results of one evaluation setting")
+        candidates.append({"result": path, "model": r["config"]["model"],
+                           "math_pass@1": float(np.mean([r["benchmarks"][b]["pass@k"][1] for b in names])),
+                           "step": progress.get("step"), "rollouts": rollouts})
+    check(candidates, "--inputs: no result qualifies: " + "; ".join(f"{e['result']}: {e['reason']}" for e in excluded))
+    best = min(candidates, key=lambda c: (-c["math_pass@1"], math.inf if c["rollouts"] is None else c["rollouts"],
+                                          c["result"]))
+    n = {b: reference[1][b][0] for b in names}
+    return {"math_benchmarks": names, "n": n, "best": best, "candidates": candidates, "excluded": excluded}
+
+
+def baseline_rollouts(path):
+    """The compute cap of step 3: the rollouts of the best checkpoint in the baseline's selection.json
+    (ValueError naming --baseline when it is not one, or its best has no known compute)."""
+    try:
+        best = json.loads(Path(path).read_text())["best"]
+        rollouts = best["rollouts"]
+    except (OSError, ValueError, KeyError, TypeError):
+        raise ValueError(f"--baseline {path}: not a selection.json (evaluate.py --models or --mode select "
+                         "writes one)") from None
+    check(rollouts is not None, f"--baseline {path}: its best checkpoint has no progress.json, so no compute "
+          "to match")
+    return rollouts
+
+
+def write_selection(cfg, paths, out):
+    """Select among the result files `paths` (select_checkpoint), capped by --baseline; write `out`
+    (.json, result paths relative to it) and a table of every candidate beside it (.md)."""
+    out = Path(out)
+    # A selection among the inputs (runs/eval/grpo/*.json picks up selection.json) is no candidate.
+    results = {str(p): load_result(p) for p in paths if not is_selection(json.loads(Path(p).read_text()))}
+    try:
+        cap = baseline_rollouts(cfg.baseline) if cfg.baseline else None
+        sel = select_checkpoint(results, cap)
+    except ValueError as e:
+        refuse(e)
+    rows = [(results[c["result"]], Path(c["result"]).stem) for c in sel["candidates"]]
+    for entry in [*sel["candidates"], *sel["excluded"]]:       # sel["best"] is one of the candidates
+        entry["result"] = os.path.relpath(entry["result"], out.parent)
+    summary = {"config": asdict(cfg), "rule": "PAPER App. L.4: best by mean math pass@1; with a baseline, only "
+               "checkpoints with no more rollouts than its best (evaluate.select_checkpoint)",
+               "baseline": cfg.baseline or None, "max_rollouts": cap, **sel}
+    atomic_write_json(out, summary)
+    best = sel["best"]
+    lines = [f"best by math pass@1 (mean over {', '.join(sel['math_benchmarks'])}; n = {sel['n']}): {best['model']} "
+             f"({100 * best['math_pass@1']:.1f}%, step {best['step']}, {best['rollouts']} rollouts; {best['result']})"]
+    if cap is not None:
+        lines.append(f"candidates: no more than {cap} rollouts, the best of the baseline {cfg.baseline}")
+    lines += [f"left out: {e['result']}: {e['reason']}" for e in sel["excluded"]]
+    md = table(*zip(*rows)) + "\n" + "\n".join(lines) + "\n"
+    atomic_write_text(out.with_suffix(".md"), md)
+    print("\n".join(lines) + f"\nwrote {out}")
+    return summary
+
+
+def run_select(cfg):
+    return write_selection(cfg, cfg.inputs, cfg.out)
 
 
 # -----------------------------------------------------------------------------
@@ -491,8 +698,11 @@ def run_rare_score(cfg):
 
 
 def main(cfg):
-    remove_temp(Path(cfg.out).parent, [f.name for f in outputs(cfg)])   # what a killed run of ours left
-    return {"eval": run_eval, "compare": run_compare, "report": run_report,
+    for f in outputs(cfg):
+        remove_temp(f.parent, [f.name])                              # what a killed run of ours left
+    if cfg.models:
+        return run_eval_many(cfg)
+    return {"eval": run_eval, "select": run_select, "compare": run_compare, "report": run_report,
             "rare_select": run_rare_select, "rare_score": run_rare_score}[cfg.mode](cfg)
 
 

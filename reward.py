@@ -386,14 +386,25 @@ def load_jsonl(path, required=("problem", "answer")):
     return rows
 
 
+# `datasets` is needed only for the hub path, so it is not in requirements.txt (CPU users and CI run on
+# local jsonl files); GPU nodes get it from requirements-gpu.txt.
+DATASETS_MISSING = ("loading DeepScaleR from the hub needs the `datasets` package: pip install -r "
+                    "requirements-gpu.txt (or pip install datasets); or pass a local jsonl")
+
+
+def is_hub_data(source):
+    """Whether a --data value names DeepScaleR on the hub rather than a local jsonl."""
+    return source in ("deepscaler", DEEPSCALER_HUB)
+
+
 def load_train_rows(source):
     """DeepScaleR rows from a local jsonl or, only when asked by name, from the hub via `datasets`."""
-    if source not in ("deepscaler", DEEPSCALER_HUB):
+    if not is_hub_data(source):
         return load_jsonl(source)
     try:
         import datasets
     except ImportError:
-        raise SystemExit(f"{DEEPSCALER_HUB} needs `pip install datasets`; or pass a local jsonl") from None
+        raise SystemExit(f"error: {source}: {DATASETS_MISSING}") from None
     rows = []
     for i, r in enumerate(datasets.load_dataset(DEEPSCALER_HUB, split="train")):
         if not (r.get("problem") and r.get("answer") is not None):

@@ -8,6 +8,11 @@ F-GRPO training: GRPO / DAPO / CISPO with the focal advantage weight (arXiv 2602
         --data ../shared/data/train/deepscaler_partial.jsonl --device cpu --prompts_per_step 2 \\
         --mini_batch_prompts 1 --group_size 4 --max_response_len 16 --steps 1   # smoke test, seconds
 
+Writes in --out_dir: run.json, metrics.jsonl, ckpt/step_NNNNNN (DCP checkpoints, for --resume) and
+Hugging Face model folders that from_pretrained and evaluate.py load: final, epoch_E after every epoch
+of the math data, step_NNNNNN every --export_every steps (the exports checkpoint selection picks from,
+PAPER App. L.4: evaluate.py --models 'out/train/epoch_*').
+
 One step: rollouts (N per prompt, engine) -> rewards -> success rate mu_hat and focal weight g ->
 advantages -> old log-probs from the trainer -> mini-batch updates with the global token count ->
 weight sync to the engine -> one log line. Every rank runs the same code; with one process we still
@@ -26,6 +31,7 @@ Deviations and choices where the paper is silent (PAPER.md §10):
 5) "dapo" is GRPO + clip-higher (0.2/0.28) + token-mean: no dynamic sampling, no overlong shaping.
 """
 import gc
+import importlib.util
 import json
 import math
 import os
@@ -108,6 +114,8 @@ class Config:
     out_dir: str = "out/train"        # holds only what we write (TRAIN_OUTPUTS), or is refused
     resume: bool = False              # continue from the newest whole checkpoint in out_dir
     save_every: int = 100             # checkpoint every K steps (and at the end)
+    export_every: int = 0             # also export a HF model, out_dir/step_NNNNNN, every K steps (0 = off);
+                                      # math exports out_dir/epoch_E at every epoch's end regardless
     eval_every: int = 0               # maze: held-out pass@1 every K steps (0 = only at the end)
     eval_mazes: int = 256             # maze: held-out mazes, evaluated every --eval_every steps and at the end
     eval_samples: int = 4             # maze: samples per held-out maze; pass@k is logged for k = 1, 2, 4 .. this
@@ -123,7 +131,7 @@ class Config:
         check_min(self, 1, "prompts_per_step", "mini_batch_prompts", "micro_batch_size", "steps",
                   "max_prompt_len", "max_response_len", "save_every", "eval_samples")
         check_min(self, 0, "gamma", "kl_coef", "entropy_coef", "warmup_steps", "weight_decay", "top_k",
-                  "maze_size", "threads", "seed", "eval_every", "eval_mazes", "sample_every")
+                  "maze_size", "threads", "seed", "eval_every", "eval_mazes", "sample_every", "export_every")
         check(self.prompts_per_step % self.mini_batch_prompts == 0,
               f"--prompts_per_step {self.prompts_per_step} must be a multiple of "
               f"--mini_batch_prompts {self.mini_batch_prompts}")
@@ -155,18 +163,34 @@ class Config:
         if self.task == "maze" and not self.maze_size:
             check((Path(self.model) / "sft.json").is_file(), f"--model {self.model}: no sft.json (not a maze.py "
                   "checkpoint), so no maze size; pass --maze_size")
-        if self.task == "math" and self.data not in ("deepscaler", reward.DEEPSCALER_HUB):
+        if self.task == "math" and not reward.is_hub_data(self.data):
             check(Path(self.data).is_file(), f"--data {self.data}: no such file")
             check_utf8(self.data)
 
 
+def check_packages(cfg):
+    """Exit 2 in one line, before any work, when the run needs a package beyond requirements.txt that
+    is not installed; the line names the flag and the fix. Not part of Config.__post_init__: a Config
+    must build where these are missing (bench/gpu_check.py builds one on a GPU image without them)."""
+    needs = [("datasets", cfg.task == "math" and reward.is_hub_data(cfg.data), f"--data {cfg.data}",
+              reward.DATASETS_MISSING),
+             ("vllm", cfg.engine == "vllm", "--engine vllm", "needs vLLM: pip install -r requirements-gpu.txt"),
+             ("wandb", cfg.wandb, "--wandb true", "needs wandb (optional, not in any requirements file): "
+              "pip install wandb")]
+    for package, needed, flag, fix in needs:
+        if needed and importlib.util.find_spec(package) is None:
+            refuse(f"{flag}: {fix}")
+
+
 # What train.py writes in --out_dir; a folder holding anything else is refused (common.check_out_dir).
-TRAIN_OUTPUTS = ("run.json", "metrics.jsonl", "ckpt", "final", "wandb")
+# The last two are glob patterns: the exports epoch_E (math, at every epoch's end) and step_NNNNNN
+# (--export_every), each a Hugging Face model folder like final (see export_names).
+TRAIN_OUTPUTS = ("run.json", "metrics.jsonl", "ckpt", "final", "wandb", "epoch_[0-9]*", "step_[0-9]*")
 # Flags a resumed run may change: how the same experiment runs, is logged and is evaluated. Any other
 # difference from the checkpoint's config (gamma, lr, loss, model, data, seed, batch, ...) is refused.
 RESUME_MAY_CHANGE = ("steps", "save_every", "eval_every", "eval_mazes", "eval_samples", "sample_every",
                      "wandb", "out_dir", "resume", "threads", "device", "engine", "micro_batch_size",
-                     "share_prompts", "grad_checkpointing")
+                     "share_prompts", "grad_checkpointing", "export_every")
 
 
 # -----------------------------------------------------------------------------
@@ -422,6 +446,11 @@ def load_checkpoint(model, opt, path, meta):
     return meta["step"]
 
 
+def conflict_message(folder, changed):
+    return (f"--resume: {folder} was trained with other settings: {', '.join(changed)}; resume with the old "
+            f"values or use another --out_dir (a resume may change only --{', --'.join(RESUME_MAY_CHANGE)})")
+
+
 def resume_conflicts(saved, cfg):
     """The flags of `cfg` that differ from the `saved` config (a checkpoint's) and may not change on
     resume, as "--name now (was before)". Fields the saved config lacks (added since) are not compared."""
@@ -430,20 +459,76 @@ def resume_conflicts(saved, cfg):
             if k in now and k not in RESUME_MAY_CHANGE and now[k] != v]
 
 
-def export(model, tokenizer, out_dir, source):
-    """A directory that from_pretrained loads as is (rank 0 writes, every rank gathers)."""
+# -----------------------------------------------------------------------------
+# Exports: Hugging Face model folders that from_pretrained and evaluate.py load as they are. final at
+# the end; epoch_E at the end of every epoch of the math data and step_NNNNNN every --export_every
+# steps, for checkpoint selection (PAPER App. L.4; evaluate.py --models, select_checkpoint).
+
+def export_names(cfg, done, num_prompts):
+    """The exports due once `done` steps are finished. Step s trains on the global prompt indices
+    s * P ... (s + 1) * P - 1 (P = --prompts_per_step, prompt_indices), and index i is problem
+    i mod num_prompts of epoch i // num_prompts (reward.make_task shuffles each epoch). So epoch E ends
+    in the step that reaches index E * num_prompts - 1, and epoch_E is exported after it; when P does
+    not divide num_prompts that step also trained on the first prompts of epoch E + 1. The maze draws a
+    new maze for every index (num_prompts None): no epochs there, only --export_every."""
+    names = []
+    P = cfg.prompts_per_step
+    if num_prompts and done * P // num_prompts > (done - 1) * P // num_prompts:
+        names.append(f"epoch_{done * P // num_prompts}")       # at most one a step: num_prompts >= P
+    if cfg.export_every and done % cfg.export_every == 0:
+        names.append(f"step_{done:06d}")
+    return names
+
+
+def due_exports(cfg, done, num_prompts, out):
+    """export_names less those already in out_dir. Those are from this run: a fresh run refuses an
+    out_dir with exports, and a resumed one redoes steps after its checkpoint, whose exports a killed
+    try may have written already (with the same settings, check_run). Rank 0 decides for everyone,
+    since every rank must join export's gather or none."""
+    names = export_names(cfg, done, num_prompts)
+    if names:
+        decided = [[n for n in names if not (out / n).exists()]]
+        dist.broadcast_object_list(decided, src=0)
+        names = decided[0]
+    return names
+
+
+def export_folders(out):
+    """The epoch_E and step_NNNNNN folders in out_dir (TRAIN_OUTPUTS' patterns), by name."""
+    return sorted(p for p in Path(out).glob("*_*") if re.fullmatch(r"epoch_\d+|step_\d{6,}", p.name) and p.is_dir())
+
+
+def progress(cfg, done, num_prompts):
+    """progress.json of an export: how far training had got. Checkpoint selection compares compute as
+    rollouts sampled (evaluate.select_checkpoint); epochs is None for the maze."""
+    prompts = done * cfg.prompts_per_step
+    return {"step": done, "prompts": prompts, "rollouts": prompts * cfg.group_size,
+            "epochs": prompts / num_prompts if num_prompts else None, "num_prompts": num_prompts,
+            "config": asdict(cfg), "git": git_sha()}
+
+
+def export(model, tokenizer, out_dir, names, cfg, info):
+    """Write out_dir/NAME for each of `names`: model.safetensors, config, tokenizer and progress.json
+    (`info`). Every rank joins one gather of the full state dict (FSDP2 needs them all; cpu_offload
+    keeps the result on rank 0 only); rank 0 writes each folder atomically (common.atomic_dir) while
+    the others wait at the barrier."""
     sd = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
     if dist.get_rank() == 0:
         def write(tmp):
-            model.save_pretrained(tmp, state_dict=sd)
-            if Path(source).is_dir():       # keep the source's tokenizer files (and a maze's sft.json) as is
-                for f in Path(source).iterdir():      # not its hidden files: our marker, temp leftovers
+            atomic_write_json(Path(tmp) / "progress.json", info)    # first: a source's own is not copied over it
+            # A copy: save_pretrained empties the dict it is given, and a second folder then got no
+            # weights at all (transformers 5.19), so each write also checks that they are there.
+            model.save_pretrained(tmp, state_dict=dict(sd))
+            check(any(Path(tmp).glob("*.safetensors")), "export: save_pretrained wrote no weights")
+            if Path(cfg.model).is_dir():    # keep the source's tokenizer files (and a maze's sft.json) as is
+                for f in Path(cfg.model).iterdir():     # not its hidden files: our marker, temp leftovers
                     if (f.is_file() and not f.name.startswith(".") and not (Path(tmp) / f.name).exists()
                             and f.suffix not in (".safetensors", ".bin")):
                         shutil.copy(f, tmp)
             else:
                 tokenizer.save_pretrained(tmp)
-        atomic_dir(Path(out_dir) / "final", write)
+        for name in names:
+            atomic_dir(Path(out_dir) / name, write)
     dist.barrier()
 
 
@@ -459,6 +544,7 @@ def git_sha():
 
 def main(cfg):
     # 0) set up: process group, checks, tokenizer, policy + engine (+ reference), optimizer, task, resume
+    check_packages(cfg)
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     rank, world, device = init_dist(cfg.device)
@@ -473,83 +559,97 @@ def main(cfg):
     start = load_checkpoint(model, opt, ckpt, meta) if ckpt is not None else 0
     sync_weights(model, engine)                    # the engine samples from exactly these weights
     logger = start_logging(cfg, out, task, world, start)
-    num_minibatches = cfg.prompts_per_step // cfg.mini_batch_prompts   # optimizer steps per RL step
-    on_policy = num_minibatches == 1
     for step in range(start, cfg.steps):
-        t0 = time.perf_counter()
-        # 1) rollouts: N per prompt, seeded by (seed, step, prompt index), never by rank
-        idx = prompt_indices(cfg, step, rank, world)
-        items = [task.prompt(i) for i in idx]                   # (prompt ids, answer)
-        rollouts = engine.generate([ids for ids, _ in items], cfg.group_size,
-                                   seeds=[mix_seed(cfg.seed, step, i) for i in idx],
-                                   max_new_tokens=task.max_new_tokens, stop_token_ids=task.stop_token_ids,
-                                   temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k)
-        t_rollout = time.perf_counter() - t0
-        engine.sleep()                        # vLLM on GPU: free its memory for the update
+        # 1) - 6) rollouts, rewards, advantages, updates, weight sync
+        r = rl_step(cfg, step, task, model, ref_model, engine, opt, pad=pad, device=device, rank=rank, world=world)
 
-        # 2) rewards and 3) advantages, group by group (all N rollouts of a prompt are on this rank)
-        prompts = [items[i][0] for i in rollouts.prompt_index]
-        completions = rollouts.token_ids
-        rewards, reward_stats = task.score([items[i][1] for i in rollouts.prompt_index], completions)
-        R = torch.tensor(rewards, dtype=torch.float32).view(len(idx), cfg.group_size)  # (P, N)
-        A_pre = group_advantages(R)                                                    # Eq. 3
-        if cfg.ds_grpo:
-            lbar = torch.tensor([sum(e) / max(len(e), 1) for e in rollouts.engine_logp])
-            A, g = ds_grpo_advantages(R, lbar.view_as(R)), torch.ones(len(idx))
-        else:
-            A, g = focal_advantages(R, cfg.gamma)                                      # Eq. 13
-        t_reward = time.perf_counter() - t0 - t_rollout
-
-        # 4) old log-probs with the trainer's own forward, unless the update is exactly on-policy
-        old_logp = None if on_policy else completion_logp(
-            model, prompts, completions, pad, cfg.temperature, cfg.micro_batch_size, cfg.share_prompts)
-
-        # 5) one optimizer step per mini-batch of whole groups
-        lr = cfg.lr * min(1.0, (step + 1) / cfg.warmup_steps) if cfg.warmup_steps else cfg.lr
-        per_mb = len(completions) // num_minibatches
-        update_stats, grad_norms, first_logp = {}, [], []
-        for k in range(num_minibatches):
-            mb = slice(k * per_mb, (k + 1) * per_mb)
-            stats, logp = update_minibatch(model, ref_model, prompts[mb], completions[mb], A.flatten()[mb],
-                                           None if on_policy else old_logp[mb], on_policy=on_policy, cfg=cfg,
-                                           pad_id=pad, device=device, world=world)
-            grad_norms.append(clip_and_step(model, opt, cfg, lr))
-            first_logp += logp
-            for key, v in stats.items():
-                update_stats[key] = (max(update_stats.get(key, 0.0), v) if key == "ratio/max"
-                                     else update_stats.get(key, 0.0) + v / num_minibatches)
-        if on_policy:
-            old_logp = first_logp             # the first forward IS pi_old (deviation 4)
-        t_train = time.perf_counter() - t0 - t_rollout - t_reward
-
-        # 6) weight sync, so the next rollouts come from the updated policy
-        engine.wake_up()
-        t_sync = sync_weights(model, engine)
-
-        # 7) metrics (all-reduced), held-out evaluation, one log line, a sample, a checkpoint
-        metrics = step_metrics(StepResult(
-            step + 1, R, A_pre, A, g, rollouts, old_logp, reward_stats,
-            update_stats, grad_norms, lr, {"rollout": t_rollout, "reward": t_reward, "train": t_train,
-                                           "weight_sync": t_sync, "step": time.perf_counter() - t0}))
+        # 7) metrics (all-reduced), held-out evaluation, one log line, a sample, exports, a checkpoint
+        metrics = step_metrics(r)
         if task.evaluate and ((cfg.eval_every and (step + 1) % cfg.eval_every == 0) or step + 1 == cfg.steps):
             metrics.update(evaluate_heldout(task, engine, rank, world))
         if rank == 0:
             logger(metrics)
             if cfg.sample_every and step % cfg.sample_every == 0:
-                print(f"  sample (reward {rewards[0]:.0f}): {task.show(completions[0])[-300:]!r}", flush=True)
+                print(f"  sample (reward {float(r.R.flatten()[0]):.0f}): {task.show(r.rollouts.token_ids[0])[-300:]!r}",
+                      flush=True)
+        # Exports before the checkpoint of the same step: a kill between the two then redoes the step
+        # on resume and finds the export there (kept, not written again); the other order would lose it.
+        names = due_exports(cfg, step + 1, task.num_prompts, out)
+        if names:
+            export(model, tokenizer, out, names, cfg, progress(cfg, step + 1, task.num_prompts))
         if (step + 1) % cfg.save_every == 0 or step + 1 == cfg.steps:
             save_checkpoint(model, opt, step + 1, cfg, out)
 
     # 8) export, then free everything that holds the process group (FSDP's device mesh) before
     # destroying it: a group freed later, during interpreter exit, can abort a gloo rank
     # ("terminate called without an active exception") after all the work is done.
-    export(model, tokenizer, out, cfg.model)
+    export(model, tokenizer, out, ["final"], cfg, progress(cfg, max(start, cfg.steps), task.num_prompts))
     dist.barrier()
     engine.close()          # vLLM destroys the process groups it joined, the default one included
     del model, opt, ref_model, engine
     gc.collect()
     if dist.is_initialized():
         dist.destroy_process_group()
+
+
+def rl_step(cfg, step, task, model, ref_model, engine, opt, *, pad, device, rank, world):
+    """One RL step (0-based `step`) on this rank: phases 1-6 of main's loop. Returns the StepResult
+    that step_metrics turns into the logged metrics. bench/gpu_check.py times this same function."""
+    num_minibatches = cfg.prompts_per_step // cfg.mini_batch_prompts   # optimizer steps per RL step
+    on_policy = num_minibatches == 1
+    t0 = time.perf_counter()
+    # 1) rollouts: N per prompt, seeded by (seed, step, prompt index), never by rank
+    idx = prompt_indices(cfg, step, rank, world)
+    items = [task.prompt(i) for i in idx]                   # (prompt ids, answer)
+    rollouts = engine.generate([ids for ids, _ in items], cfg.group_size,
+                               seeds=[mix_seed(cfg.seed, step, i) for i in idx],
+                               max_new_tokens=task.max_new_tokens, stop_token_ids=task.stop_token_ids,
+                               temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k)
+    t_rollout = time.perf_counter() - t0
+    engine.sleep()                        # vLLM on GPU: free its memory for the update
+
+    # 2) rewards and 3) advantages, group by group (all N rollouts of a prompt are on this rank)
+    prompts = [items[i][0] for i in rollouts.prompt_index]
+    completions = rollouts.token_ids
+    rewards, reward_stats = task.score([items[i][1] for i in rollouts.prompt_index], completions)
+    R = torch.tensor(rewards, dtype=torch.float32).view(len(idx), cfg.group_size)  # (P, N)
+    A_pre = group_advantages(R)                                                    # Eq. 3
+    if cfg.ds_grpo:
+        lbar = torch.tensor([sum(e) / max(len(e), 1) for e in rollouts.engine_logp])
+        A, g = ds_grpo_advantages(R, lbar.view_as(R)), torch.ones(len(idx))
+    else:
+        A, g = focal_advantages(R, cfg.gamma)                                      # Eq. 13
+    t_reward = time.perf_counter() - t0 - t_rollout
+
+    # 4) old log-probs with the trainer's own forward, unless the update is exactly on-policy
+    old_logp = None if on_policy else completion_logp(
+        model, prompts, completions, pad, cfg.temperature, cfg.micro_batch_size, cfg.share_prompts)
+    t_old_logp = time.perf_counter() - t0 - t_rollout - t_reward
+
+    # 5) one optimizer step per mini-batch of whole groups
+    lr = cfg.lr * min(1.0, (step + 1) / cfg.warmup_steps) if cfg.warmup_steps else cfg.lr
+    per_mb = len(completions) // num_minibatches
+    update_stats, grad_norms, first_logp = {}, [], []
+    for k in range(num_minibatches):
+        mb = slice(k * per_mb, (k + 1) * per_mb)
+        stats, logp = update_minibatch(model, ref_model, prompts[mb], completions[mb], A.flatten()[mb],
+                                       None if on_policy else old_logp[mb], on_policy=on_policy, cfg=cfg,
+                                       pad_id=pad, device=device, world=world)
+        grad_norms.append(clip_and_step(model, opt, cfg, lr))
+        first_logp += logp
+        for key, v in stats.items():
+            update_stats[key] = (max(update_stats.get(key, 0.0), v) if key == "ratio/max"
+                                 else update_stats.get(key, 0.0) + v / num_minibatches)
+    if on_policy:
+        old_logp = first_logp             # the first forward IS pi_old (deviation 4)
+    t_train = time.perf_counter() - t0 - t_rollout - t_reward - t_old_logp
+
+    # 6) weight sync, so the next rollouts come from the updated policy
+    engine.wake_up()
+    t_sync = sync_weights(model, engine)
+    return StepResult(step + 1, R, A_pre, A, g, rollouts, old_logp, reward_stats, update_stats, grad_norms, lr,
+                      {"rollout": t_rollout, "reward": t_reward, "old_logp": t_old_logp, "train": t_train,
+                       "weight_sync": t_sync, "step": time.perf_counter() - t0})
 
 
 def describe(cfg, world, device):
@@ -559,15 +659,16 @@ def describe(cfg, world, device):
             + f" | gamma {cfg.gamma} | N {cfg.group_size} | world {world} | device {device}")
 
 
-def build(cfg, tokenizer, pad, device):
-    """(policy sharded, reference sharded or None, rollout engine, optimizer)."""
-    model = load_model(cfg, tokenizer)
+def build(cfg, tokenizer, pad, device, load=load_model):
+    """(policy sharded, reference sharded or None, rollout engine, optimizer). Each copy of the model
+    comes from load(cfg, tokenizer, dtype): load_model here, a random-init builder in bench/gpu_check.py."""
+    model = load(cfg, tokenizer, torch.float32)
     # The engine holds its own unsharded copy of the policy (bf16 on GPU), refreshed every step.
     engine_dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     engine = make_engine(cfg.engine, cfg.model, pad_token_id=pad, device=device, dtype=engine_dtype,
-                         model=load_model(cfg, tokenizer, engine_dtype) if cfg.engine == "torch" else None,
+                         model=load(cfg, tokenizer, engine_dtype) if cfg.engine == "torch" else None,
                          seed=cfg.seed, max_model_len=cfg.max_prompt_len + cfg.max_response_len)
-    ref_model = shard(load_model(cfg, tokenizer), device).eval() if cfg.kl_coef > 0 else None
+    ref_model = shard(load(cfg, tokenizer, torch.float32), device).eval() if cfg.kl_coef > 0 else None
     if cfg.grad_checkpointing:
         model.gradient_checkpointing_enable()
     model = shard(model, device)
@@ -608,9 +709,10 @@ def check_run(cfg, world, out):
         problems.append(f"--prompts_per_step {cfg.prompts_per_step} must be divisible by the world size {world}")
     if cfg.mini_batch_prompts % world:
         problems.append(f"--mini_batch_prompts {cfg.mini_batch_prompts} must be divisible by the world size {world}")
-    ckpt_root = out / "ckpt"
-    if not cfg.resume and (step_folders(ckpt_root) or (ckpt_root / "latest").exists()):
-        problems.append(f"--out_dir {out} holds checkpoints: pass --resume true, or choose another --out_dir")
+    ckpt_root, exports = out / "ckpt", export_folders(out)
+    if not cfg.resume and (step_folders(ckpt_root) or (ckpt_root / "latest").exists() or exports):
+        problems.append(f"--out_dir {out} holds checkpoints or exports of an earlier run: pass --resume true, "
+                        "or choose another --out_dir")
     if (out / "final" / MARKER).exists():            # the export at the end will replace it: ours only
         try:
             check_out_dir(out / "final", "--out_dir")
@@ -619,9 +721,16 @@ def check_run(cfg, world, out):
     ckpt, meta, skipped = find_checkpoint(ckpt_root) if cfg.resume else (None, None, [])
     changed = resume_conflicts(meta["config"], cfg) if meta else []
     if changed:
-        problems.append(f"--resume: {ckpt} was trained with other settings: {', '.join(changed)}; resume "
-                        f"with the old values or use another --out_dir (a resume may change only --"
-                        f"{', --'.join(RESUME_MAY_CHANGE)})")
+        problems.append(conflict_message(ckpt, changed))
+    for folder in exports if cfg.resume else []:     # kept, never written again: ours, and this experiment's
+        try:
+            check_out_dir(folder, "--out_dir")
+            saved = json.loads((folder / "progress.json").read_text())["config"]
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            problems.append(f"--out_dir {out}: {folder.name} is not a whole export of ours ({e}); move it away")
+            continue
+        if resume_conflicts(saved, cfg):
+            problems.append(conflict_message(folder, resume_conflicts(saved, cfg)))
     if problems:
         dist.destroy_process_group()
         refuse(problems[0])                            # as for a bad flag (common.parse_config)
@@ -640,7 +749,7 @@ def remove_killed_saves(out, ckpt_root):
     for p in ckpt_root.glob(".step_*"):
         if re.fullmatch(r"\.step_\d+\.(tmp|old)", p.name):
             shutil.rmtree(p)
-    remove_temp(out, TRAIN_OUTPUTS)
+    remove_temp(out, (), TRAIN_OUTPUTS)
     final = out / "final"
     if final.is_dir() and not (final / MARKER).exists():  # exported before markers existed: it is ours
         mark_out_dir(final, os.listdir(final))

@@ -29,6 +29,14 @@ def test_check_out_dir_accepts_only_what_is_ours(tmp_path):
     known = tmp_path / "known"                                          # a script's fixed outputs
     (known / "ckpt").mkdir(parents=True)
     check_out_dir(known, known=("ckpt", "run.json"))
+    (known / "epoch_3").mkdir()                                         # known by a pattern (train.py's exports)
+    (known / ".epoch_4.tmp.x1y2").mkdir()                               # and a killed write of one
+    check_out_dir(known, known=("ckpt", "epoch_[0-9]*"))
+    with pytest.raises(ValueError, match=r"holds '.epoch_4.tmp.x1y2' and 1 more"):
+        check_out_dir(known, known=("ckpt",))
+    (known / "epochs.txt").write_text("notes")                         # near the pattern, but not ours
+    with pytest.raises(ValueError, match="epochs.txt"):
+        check_out_dir(known, known=("ckpt", "epoch_[0-9]*"))
 
 
 @pytest.mark.parametrize("case", ["foreign file", "foreign beside ours", "is a file", "file in the way"])

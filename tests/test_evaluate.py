@@ -275,3 +275,100 @@ def test_maze_benchmark_reward_rule(tmp_path):
         assert res["c_strict"] == [0] * 4 and res["c_walk"] == [2] * 4
         assert res["rule"] == rule and res["c"] == res[f"c_{rule}"] and res["trunc_frac"] == 0.0
         assert res["pass@k"][1] == (1.0 if rule == "walk" else 0.0)
+
+
+# -----------------------------------------------------------------------------
+# Checkpoint selection (PAPER App. L.4) on planted result files
+
+def plant_result(path, model, counts, step=None, pending=()):
+    """A result file as eval writes it, n = 4, from {benchmark: per-problem correct counts};
+    step None = no progress.json (a base model). Rollouts are step * 256 * 8, as train.py records."""
+    bm = {b: {"n": 4, "task": "math", "ids": list(range(len(c))), "c": c, "pass@k": evaluate.pass_at_k_curve(4, c)}
+          for b, c in counts.items()}
+    checkpoint = None if step is None else {"step": step, "rollouts": step * 256 * 8}
+    evaluate.atomic_write_json(path, {"config": {"model": model}, "checkpoint": checkpoint, "benchmarks": bm,
+                                      "pending": list(pending), "averages": evaluate.averages(bm)})
+    return str(path)
+
+
+def planted_run(folder, per_epoch):
+    """{epoch: (math500 counts over 4 problems, aime24 counts over 2)} -> result paths, 1 epoch = 100 steps."""
+    folder.mkdir(parents=True)
+    return [plant_result(folder / f"epoch_{e}.json", f"out/{folder.name}/epoch_{e}",
+                         {"math500": m, **({"aime24": a} if a is not None else {})}, step=100 * e,
+                         pending=() if a is not None else ("aime24",))
+            for e, (m, a) in per_epoch.items()]
+
+
+def test_selection_takes_the_baseline_best_then_the_focal_best_within_its_compute(tmp_path):
+    """GRPO: epoch 2 is best if problems were pooled (12+0 of 24), epoch 3 by the mean of the two
+    benchmarks' pass@1 (0.25 and 0.75), which is the paper's average; epoch 4 ties epoch 3 with more
+    compute, and epoch 5 would win but lacks AIME24 (its run crashed), so it is left out, not averaged
+    over MATH500 alone. F-GRPO's epoch 4 is its best, but it used more compute than GRPO's epoch 3:
+    the rule takes its epoch 2."""
+    grpo = planted_run(tmp_path / "grpo", {1: ([1] * 4, [1, 1]), 2: ([3] * 4, [0, 0]), 3: ([1] * 4, [3, 3]),
+                                           4: ([2] * 4, [2, 2]), 5: ([4] * 4, None)})
+    base = plant_result(tmp_path / "grpo" / "base.json", "Qwen/Qwen2.5-7B", {"math500": [0] * 4, "aime24": [0, 0]})
+    sel = evaluate.main(evaluate.Config(mode="select", inputs=(base, *grpo), out=str(tmp_path / "grpo" / "selection.json")))
+    assert sel["best"]["model"] == "out/grpo/epoch_3" and sel["best"]["math_pass@1"] == pytest.approx(0.5)
+    assert sel["best"]["rollouts"] == 300 * 256 * 8 and sel["n"] == {"math500": 4, "aime24": 4}
+    assert [e["result"] for e in sel["excluded"]] == ["epoch_5.json"] and "aime24" in sel["excluded"][0]["reason"]
+    assert {c["result"] for c in sel["candidates"]} == {"base.json", *(f"epoch_{e}.json" for e in range(1, 5))}
+
+    fgrpo = planted_run(tmp_path / "fgrpo", {1: ([1] * 4, [0, 0]), 2: ([3] * 4, [1, 1]), 3: ([2] * 4, [1, 1]),
+                                             4: ([4] * 4, [4, 4])})
+    free = evaluate.main(evaluate.Config(mode="select", inputs=tuple(fgrpo), out=str(tmp_path / "free.json")))
+    assert free["best"]["model"] == "out/fgrpo/epoch_4"                      # without the rule
+    again = evaluate.main(evaluate.Config(mode="select", inputs=(*fgrpo, str(tmp_path / "free.json")),
+                                          out=str(tmp_path / "free.json")))     # a glob over a folder with its selection
+    assert len(again["candidates"]) == 4
+    sel = evaluate.main(evaluate.Config(mode="select", inputs=(*fgrpo, base), baseline=str(tmp_path / "grpo" / "selection.json"),
+                                        out=str(tmp_path / "fgrpo" / "selection.json")))
+    assert sel["best"]["model"] == "out/fgrpo/epoch_2" and sel["max_rollouts"] == 300 * 256 * 8
+    reasons = {e["result"]: e["reason"] for e in sel["excluded"]}
+    assert "over the baseline's" in reasons["epoch_4.json"] and "compute unknown" in reasons["../grpo/base.json"]
+
+    # compare and report read a selection.json as its best result
+    got = evaluate.load_result(tmp_path / "fgrpo" / "selection.json")
+    assert got["config"]["model"] == "out/fgrpo/epoch_2"
+    evaluate.main(evaluate.Config(mode="report", inputs=(str(tmp_path / "grpo" / "selection.json"),
+                                                         str(tmp_path / "fgrpo" / "selection.json")), out=str(tmp_path / "rep")))
+    md = (tmp_path / "rep.md").read_text()
+    assert "| grpo/epoch_3 | 50.0/" in md and "| fgrpo/epoch_2 | 50.0/" in md
+    text = (tmp_path / "fgrpo" / "selection.md").read_text()
+    assert text.startswith("| Run |") and "out/fgrpo/epoch_2" in text and "left out: epoch_4.json" in text
+
+
+def test_selection_refuses_results_of_another_evaluation_setting(tmp_path):
+    a = plant_result(tmp_path / "a.json", "a", {"math500": [1, 2]}, step=1)
+    b = plant_result(tmp_path / "b.json", "b", {"math500": [1, 2, 3]}, step=2)       # other problems
+    with pytest.raises(ValueError, match="other problems or another n"):
+        evaluate.select_checkpoint({a: evaluate.load_result(a), b: evaluate.load_result(b)})
+    gpqa = tmp_path / "c.json"
+    evaluate.atomic_write_json(gpqa, {"config": {"model": "c"}, "benchmarks": {"gpqa": {"n": 4, "ids": [0], "c": [1],
+                                                                                       "pass@k": {"1": 0.25}}}})
+    with pytest.raises(ValueError, match="no math benchmark"):
+        evaluate.select_checkpoint({str(gpqa): evaluate.load_result(gpqa)})
+    with pytest.raises(ValueError, match="--baseline .*not a selection"):       # before any evaluation
+        evaluate.Config(mode="select", inputs=(a,), baseline=a, out=str(tmp_path / "s.json"))
+
+
+def test_models_expands_globs_in_natural_order_and_refuses_clashes(tmp_path):
+    for name in ("epoch_1", "epoch_2", "epoch_10", "final"):
+        (tmp_path / "run" / name).mkdir(parents=True)
+        (tmp_path / "run" / name / "config.json").write_text("{}")
+        (tmp_path / "run" / name / "tokenizer.json").write_text("{}")
+    cfg = evaluate.Config(models=(str(tmp_path / "run" / "epoch_*"), str(tmp_path / "run" / "final")),
+                          out=str(tmp_path / "ev"))
+    assert [evaluate.checkpoint_name(m) for m in cfg.models] == ["epoch_1", "epoch_2", "epoch_10", "final"]
+    assert evaluate.outputs(cfg)[-2:] == [tmp_path / "ev" / "selection.json", tmp_path / "ev" / "selection.md"]
+    (tmp_path / "other" / "final").mkdir(parents=True)
+    for models, out, message in [((str(tmp_path / "run" / "step_*"),), "ev", "matches no folder"),
+                                 ((str(tmp_path / "run" / "final"), str(tmp_path / "other" / "final")), "ev", "'final'"),
+                                 ((str(tmp_path / "run" / "final"),), "ev.json", "a folder")]:
+        with pytest.raises(ValueError, match=message):
+            evaluate.Config(models=models, out=str(tmp_path / out))
+    (tmp_path / "ev").mkdir()
+    (tmp_path / "ev" / "final.json").write_text("my notes")              # not ours: never overwritten
+    with pytest.raises(ValueError, match="did not write"):
+        evaluate.Config(models=(str(tmp_path / "run" / "final"),), out=str(tmp_path / "ev"))

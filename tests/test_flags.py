@@ -33,7 +33,7 @@ def load_bench(name):
 
 SCRIPTS = {"train": train, "evaluate": evaluate, "maze": maze, "simulate": simulate,
            **{f"bench/{n}": load_bench(n) for n in ("compare_runs", "reward_scoring", "rollout_speed",
-                                                     "simulate_step")}}
+                                                     "simulate_step", "gpu_check")}}
 # Fields where -1 is a legal value, with the bad value to try instead.
 BAD = {("maze", "show_seed"): -2,                      # -1 = off
        ("simulate", "r_wrong"): 5.0,                   # rewards may be negative, but R_c > R_w
@@ -183,3 +183,25 @@ def test_outputs_of_ours_are_accepted(tmp_path):
     result = tmp_path / "r.json"
     result.write_text('{"config": {}}')
     evaluate.Config(out=str(result))
+
+
+@pytest.mark.parametrize("argv,package,pattern", [
+    (["--data", "deepscaler"], "datasets", r"^error: --data deepscaler: .*requirements-gpu\.txt"),
+    (["--engine", "vllm"], "vllm", r"^error: --engine vllm: .*requirements-gpu\.txt"),
+    (["--wandb", "true"], "wandb", r"^error: --wandb true: .*pip install wandb")])
+def test_a_missing_package_is_refused_before_any_work(argv, package, pattern, tmp_path, monkeypatch, capsys):
+    """The headline command's default --data loads DeepScaleR through `datasets`, which no
+    requirements file listed: a fresh GPU node stopped with a traceback after loading the model."""
+    (tmp_path / "train.jsonl").write_text('{"problem": "1+1", "answer": "2"}\n')
+    local = [] if package == "datasets" else ["--data", str(tmp_path / "train.jsonl")]
+    cfg = parse_config(train.Config, safe_argv("train", tmp_path) + local + argv)   # a Config builds without it
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == package else find_spec(name, *a))
+    with pytest.raises(SystemExit) as e:
+        train.main(cfg)
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and len(err.strip().splitlines()) == 1 and re.search(pattern, err), err
+    assert not (tmp_path / "run").exists()
+    monkeypatch.undo()
+    if package != "wandb":                     # the fix the line names installs it
+        assert re.search(rf"^{package}\b", (ROOT / "requirements-gpu.txt").read_text(), re.M)

@@ -2,6 +2,7 @@
 prompts per family, GPQA and IFEval.  `python -m pytest -q tests/test_reward.py`"""
 import json
 import signal
+import sys
 import threading
 import time
 
@@ -379,3 +380,11 @@ def test_load_jsonl_names_the_line_of_a_non_utf8_byte(tmp_path):
     path.write_bytes(b'{"problem": "1+1", "answer": "2"}\n{"problem": "caf\xe9", "answer": "3"}\n')
     with pytest.raises(ValueError, match=r"bad.jsonl:2: not UTF-8 \(byte 0xe9"):
         reward.load_jsonl(path)
+
+
+def test_hub_data_without_datasets_names_the_fix(monkeypatch):
+    """`datasets` is only in requirements-gpu.txt; without it the hub path says how to get it."""
+    monkeypatch.setitem(sys.modules, "datasets", None)              # `import datasets` raises ImportError
+    for source in ("deepscaler", reward.DEEPSCALER_HUB):
+        with pytest.raises(SystemExit, match="requirements-gpu.txt"):
+            reward.load_train_rows(source)

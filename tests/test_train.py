@@ -264,3 +264,61 @@ def test_resume_refuses_another_experiment(tiny_run, tmp_path):
     assert "--gamma 0.5 (was 0.0)" in err and "--lr 0.001 (was 1e-06)" in err
     assert "--steps 6" not in err and "--eval_every 2" not in err
     assert [m["step"] for m in read_metrics(whole)] == [1, 2, 3, 4]       # nothing was touched
+
+
+# -----------------------------------------------------------------------------
+# Per-epoch exports and checkpoint selection (PAPER App. L.4)
+
+def test_math_exports_each_epoch_for_evaluate_py_and_a_resume_keeps_them(data, tmp_path):
+    """8 problems, 3 prompts a step: epoch 1 ends in step 3 (prompts 7-9), epoch 2 in step 6, and
+    --export_every 4 adds step_000004. Each export is a Hugging Face folder with its progress, which
+    evaluate.py's loader reads and --models evaluates and selects from. A resume from step 4 redoes
+    steps 5-6 and finds epoch_2 there from the killed try: kept as it was, not written again."""
+    rows = (data / "train" / "deepscaler_partial.jsonl").read_text().splitlines()[:8]
+    (tmp_path / "train.jsonl").write_text("\n".join(rows) + "\n")
+    out = tmp_path / "run"
+    flags = train_cmd("--task", "math", "--model", "tiny", "--tokenizer", str(data / "tokenizers" / "qwen2.5"),
+                      "--data", str(tmp_path / "train.jsonl"), "--prompts_per_step", "3", "--mini_batch_prompts", "1",
+                      "--group_size", "2", "--max_response_len", "4", "--steps", "6", "--save_every", "2",
+                      "--export_every", "4", "--sample_every", "0", "--lr", "1e-3", "--out_dir", str(out))
+    r = subprocess.run(flags, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert sorted(p.name for p in out.iterdir()) == ["ckpt", "epoch_1", "epoch_2", "final", "metrics.jsonl",
+                                                     "run.json", "step_000004"]
+    progress = {name: json.loads((out / name / "progress.json").read_text()) for name in ("epoch_1", "epoch_2", "final")}
+    assert [progress[n]["step"] for n in progress] == [3, 6, 6]
+    assert progress["epoch_1"]["epochs"] == 9 / 8 and progress["epoch_1"]["rollouts"] == 3 * 3 * 2
+
+    import evaluate
+    from safetensors.torch import load_file
+    model, tok, family = evaluate.load_model(evaluate.Config(model=str(out / "epoch_1"), out=str(tmp_path / "r.json")))
+    assert family == "qwen2.5" and tok.decode(tok("1 + 1")["input_ids"]) == "1 + 1"
+    w1, w2 = (load_file(out / name / "model.safetensors") for name in ("epoch_1", "epoch_2"))
+    assert any(not torch.equal(w1[k], w2[k]) for k in w1)         # two points of one run, not one copy
+    assert all(torch.equal(v, model.state_dict()[k]) for k, v in w1.items())
+
+    # Kill after the step-6 export, before its checkpoint: resume from step 4 and redo steps 5-6.
+    shutil.rmtree(out / "ckpt" / "step_000006")
+    shutil.rmtree(out / "final")
+    stamp = (out / "epoch_2" / "model.safetensors").stat().st_mtime_ns
+    again = subprocess.run(flags, cwd=ROOT, env=ENV, capture_output=True, text=True)
+    assert again.returncode == 2 and "exports" in again.stderr and "--resume" in again.stderr   # a fresh run refuses
+    r = subprocess.run(flags + ["--resume", "true"], cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0 and "resumed from step 4" in r.stdout, r.stderr[-3000:]
+    assert (out / "epoch_2" / "model.safetensors").stat().st_mtime_ns == stamp and (out / "final").is_dir()
+    final = load_file(out / "final" / "model.safetensors")
+    assert all(torch.equal(final[k], w2[k]) for k in w2)          # the redone steps reach the same weights
+
+    ev = tmp_path / "eval"
+    r = subprocess.run([PY, "evaluate.py", "--models", str(out / "epoch_*"), str(out / "step_000004"), "--benchmarks",
+                        "math500", "--n", "2", "--max_problems", "1", "--max_new_tokens", "4", "--workers", "1",
+                        "--out", str(ev)], cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert sorted(p.name for p in ev.iterdir()) == sorted(f"{n}.{x}" for n in ("epoch_1", "epoch_2", "step_000004",
+                                                                               "selection") for x in ("json", "md"))
+    result = json.loads((ev / "epoch_2.json").read_text())
+    assert result["config"]["model"] == str(out / "epoch_2") and result["checkpoint"]["step"] == 6
+    selection = json.loads((ev / "selection.json").read_text())
+    assert len(selection["candidates"]) == 3 and selection["n"] == {"math500": 2}
+    # A random tiny model scores 0 everywhere: the tie goes to the least compute, epoch_1.
+    assert selection["best"]["result"] == "epoch_1.json" and selection["best"]["rollouts"] == 18
