@@ -13,7 +13,11 @@ knows no other), so they do the same work. Printed per tree: seconds per step sp
 update, response tokens per second, the update's GFLOP/s (6 x parameters x tokens through the model,
 prompts included; attention's own FLOPs left out) beside a plain fp32 matmul's GFLOP/s measured in
 this process with the same threads, and the ratio this tree / reference. --profile true instead
-profiles one rollout and one update of this tree with torch.profiler, by kind of operation.
+profiles one rollout and one update of this tree with torch.profiler, by kind of operation; to
+profile the reference, copy this file into a worktree of it and run it there:
+
+    git worktree add /tmp/ref e7e5125 && cp bench/maze_step.py /tmp/ref/bench/ && \
+        (cd /tmp/ref && python bench/maze_step.py --model $PWD/out/maze_sft --profile true)
 The machine is shared and noisy: read the ratios of one run, not absolute times across runs.
 """
 import json
@@ -102,7 +106,8 @@ def profile(cfg):
     from advantage import group_advantages, policy_loss
     torch.set_num_threads(cfg.threads)
     tok = maze.build_tokenizer()
-    model = rollout.use_attention(maze.AutoModelForCausalLM.from_pretrained(cfg.model))
+    use_attention = getattr(rollout, "use_attention", lambda m: m)      # a reference tree may predate it
+    model = use_attention(maze.AutoModelForCausalLM.from_pretrained(cfg.model))
     engine = rollout.TorchEngine(maze.build_model().eval(), maze.PAD)
     engine.model.load_state_dict(model.state_dict())
     size = maze.checkpoint_size(cfg.model)
@@ -118,7 +123,8 @@ def profile(cfg):
         for e in prof.key_averages():
             if e.key.startswith("aten::") or "Backward" in e.key:
                 name = e.key.removeprefix("aten::")
-                kind = next((k for k, names in kinds.items() if any(name.startswith(x) for x in names)), "other")
+                kind = next((k for k, names in kinds.items() if any(name.lstrip("_").startswith(x) for x in names)),
+                            "other")
                 out[kind] += e.self_cpu_time_total / 1e6
                 total += e.self_cpu_time_total / 1e6
         return out, total
