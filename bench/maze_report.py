@@ -1,0 +1,188 @@
+"""
+The maze experiment's figure and table (README, "Maze RL on CPU"; PAPER §6, Fig. 7 and Table 4), from
+train.py's run folders and evaluate.py's result files. Nothing is sampled here.
+
+    python bench/maze_report.py --runs "out/maze_rl/N*" --evals runs/maze --sft runs/maze/sft.json
+
+Every run folder (its run.json names N, gamma and seed) gives a training curve: the training reward
+(bins of --bin steps) and the held-out pass@1 and pass@64 that train.py logged every --eval_every
+steps, under the run's own reward rule; step 0 is the SFT warm start, read from --sft with the same
+estimator. Curves are the mean over seeds with a band from the lowest to the highest seed. Every
+run with a final evaluation (EVALS/RUN.json, evaluate.py --benchmarks maze) gives a table row:
+pass@1, pass@64 and pass@n per seed, the mean and its standard error over seeds, and for each seed
+F-GRPO minus GRPO by the paired m-out-of-n test of evaluate.py (evaluation noise only). The early
+drop is the SFT's pass@64 minus the lowest pass@64 a run logged in its first --early steps.
+Every run found is reported: a run without a final evaluation is listed as such.
+"""
+import glob
+import json
+import math
+import sys
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import evaluate  # noqa: E402
+from advantage import pass_at_k_table  # noqa: E402
+from common import atomic_write_text, check_min, parse_config  # noqa: E402
+
+
+@dataclass
+class Config:
+    runs: str = "out/maze_rl/N*"             # glob of train.py run folders
+    evals: str = "runs/maze"                 # folder of evaluate.py results, one RUN.json per run folder name
+    sft: str = "runs/maze/sft.json"          # evaluate.py result of the SFT warm start (step 0)
+    figure: str = "figures/maze_curves.png"
+    table: str = "runs/maze/table4.md"
+    bin: int = 10                            # steps per point of the training-reward curve
+    early: int = 100                         # steps in which the early pass@64 drop is looked for
+    m: int = 64                              # the paired test's subsample size (<= evaluate.py's n)
+    iters: int = 20_000
+
+    def __post_init__(self):
+        check_min(self, 1, "bin", "early", "m", "iters")
+
+
+ARMS = {0.0: "GRPO", 0.5: "F-GRPO γ=0.5", 1.0: "F-GRPO γ=1"}
+
+
+def load_runs(cfg):
+    """{(N, gamma): {seed: {"metrics": [...], "eval": result or None, "name": folder name}}}."""
+    runs = defaultdict(dict)
+    for d in sorted(glob.glob(cfg.runs)):
+        d = Path(d)
+        if not (d / "run.json").is_file() or not (d / "metrics.jsonl").is_file():
+            continue
+        c = json.loads((d / "run.json").read_text())["config"]
+        metrics = [json.loads(line) for line in (d / "metrics.jsonl").read_text().splitlines() if line.strip()]
+        result = Path(cfg.evals) / f"{d.name}.json"
+        runs[(c["group_size"], float(c["gamma"]))][c["seed"]] = {
+            "metrics": metrics, "name": d.name, "rule": c.get("maze_reward", "walk"),
+            "eval": evaluate.load_result(result)["benchmarks"]["maze"] if result.is_file() else None}
+    if not runs:
+        sys.exit(f"error: no train.py run folder matches {cfg.runs!r}")
+    return runs
+
+
+def fmt(m, se, sign=""):
+    """Percent, mean ± SE over seeds; the SE is left out for one seed, both for none."""
+    if math.isnan(m):
+        return "–"
+    return f"{100 * m:{sign}.1f}" + ("" if math.isnan(se) else f" ± {100 * se:.1f}")
+
+
+def pass_at(result, rule, k):
+    """pass@k (Eq. 27) of an evaluate.py maze result under `rule`, from its per-maze counts."""
+    return float(pass_at_k_table(result["n"], k)[np.asarray(result[f"c_{rule}"])].mean())
+
+
+def mean_se(xs):
+    xs = [x for x in xs if x is not None]
+    if not xs:
+        return float("nan"), float("nan")
+    return float(np.mean(xs)), (float(np.std(xs, ddof=1) / math.sqrt(len(xs))) if len(xs) > 1 else float("nan"))
+
+
+def curves(runs, sft, cfg):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    Ns = sorted({N for N, _ in runs})
+    fig, axes = plt.subplots(3, len(Ns), figsize=(4.2 * len(Ns), 8.5), squeeze=False, sharex="col")
+    for col, N in enumerate(Ns):
+        for (n, gamma), seeds in sorted(runs.items()):
+            if n != N:
+                continue
+            rule = next(iter(seeds.values()))["rule"]
+            color = {0.0: "tab:blue", 0.5: "tab:orange", 1.0: "tab:green"}.get(gamma, "tab:gray")
+            rows = [("reward/mean", None), (f"eval/{rule}/pass@1", 1), (f"eval/{rule}/pass@64", 64)]
+            for row, (key, k) in enumerate(rows):
+                series = []
+                for run in seeds.values():
+                    pts = [(m["step"], m[key]) for m in run["metrics"] if key in m]
+                    if k is None:              # bins of the training reward
+                        pts = [(s + cfg.bin, np.mean([v for t, v in pts if s < t <= s + cfg.bin]))
+                               for s in range(0, pts[-1][0] if pts else 0, cfg.bin)]
+                    elif sft is not None:      # step 0: the warm start
+                        pts = [(0, sft[rule][k])] + pts
+                    series.append(dict(pts))
+                steps = sorted(set.intersection(*(set(s) for s in series))) if series else []
+                if not steps:
+                    continue
+                vals = np.array([[s[t] for t in steps] for s in series])
+                ax = axes[row, col]
+                ax.plot(steps, 100 * vals.mean(0), color=color, marker="." if k else None, label=f"{ARMS.get(gamma, gamma)} ({len(series)} seeds)")
+                ax.fill_between(steps, 100 * vals.min(0), 100 * vals.max(0), color=color, alpha=0.2)
+                ax.set(ylabel=["train reward (%)", f"held-out {rule} pass@1 (%)", f"held-out {rule} pass@64 (%)"][row])
+        axes[0, col].set_title(f"N = {N}")
+        axes[-1, col].set_xlabel("RL step")
+        axes[0, col].legend(fontsize=8)
+    fig.tight_layout()
+    Path(cfg.figure).parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(cfg.figure, dpi=110)
+    plt.close(fig)
+
+
+def table(runs, sft, cfg):
+    lines = []
+    if sft is not None:
+        lines.append(f"SFT warm start: {sft['rule']} pass@1 {100 * sft[sft['rule']][1]:.1f}, "
+                     f"pass@64 {100 * sft[sft['rule']][64]:.1f}, pass@{sft['n']} {100 * sft[sft['rule']][sft['n']]:.1f}\n")
+    head = "| N | method | seeds | pass@1 | pass@64 | pass@n | walk pass@1 | early pass@64 drop | per seed pass@1 |"
+    lines += [head, "|---" * (head.count("|") - 1) + "|"]
+    for (N, gamma), seeds in sorted(runs.items()):
+        evals = {s: r["eval"] for s, r in seeds.items() if r["eval"] is not None}
+        rule = next(iter(seeds.values()))["rule"]
+        cells = []
+        for k in (1, 64, "n"):
+            vals = [pass_at(e, rule, e["n"] if k == "n" else k) for e in evals.values()]
+            m, se = mean_se(vals)
+            cells.append(fmt(m, se))
+        cells.append(fmt(*mean_se([pass_at(e, "walk", 1) for e in evals.values()])))
+        drops = []
+        for r in seeds.values():
+            early = [m[f"eval/{rule}/pass@64"] for m in r["metrics"] if f"eval/{rule}/pass@64" in m and m["step"] <= cfg.early]
+            drops.append(sft[rule][64] - min(early) if early and sft is not None else None)
+        cells.append(fmt(*mean_se(drops), sign="+"))
+        per_seed = ", ".join(f"s{s} {100 * pass_at(e, rule, 1):.1f}" for s, e in sorted(evals.items()))
+        missing = [str(s) for s in seeds if s not in evals]
+        per_seed += f" (no final eval: seed {', '.join(missing)})" if missing else ""
+        lines.append(f"| {N} | {ARMS.get(gamma, gamma)} | {len(seeds)} | " + " | ".join(cells) + f" | {per_seed} |")
+    lines.append("\nPaired m-out-of-n test per seed, F-GRPO minus GRPO (points, 95% interval, * significant):\n")
+    lines.append(f"| N | method | seed | pass@1 | pass@{cfg.m} |\n|---|---|---|---|---|")
+    for (N, gamma), seeds in sorted(runs.items()):
+        base = runs.get((N, 0.0), {})
+        if gamma == 0.0:
+            continue
+        for s, r in sorted(seeds.items()):
+            a, b = base.get(s, {}).get("eval"), r["eval"]
+            if a is None or b is None:
+                continue
+            rule = r["rule"]
+            res = evaluate.subsample_test({"maze": (a["n"], np.asarray(a[f"c_{rule}"]))},
+                                          {"maze": (b["n"], np.asarray(b[f"c_{rule}"]))}, cfg.m, cfg.iters)["maze"]
+            cells = [f"{100 * res[k]['diff']:+.1f} [{100 * res[k]['lo']:+.1f}, {100 * res[k]['hi']:+.1f}]"
+                     + ("*" if res[k]["significant"] else "") for k in (1, cfg.m)]
+            lines.append(f"| {N} | {ARMS.get(gamma, gamma)} | {s} | " + " | ".join(cells) + " |")
+    text = "\n".join(lines) + "\n"
+    atomic_write_text(cfg.table, text)
+    print(text)
+
+
+def main(cfg):
+    runs = load_runs(cfg)
+    sft = None
+    if Path(cfg.sft).is_file():                  # {rule: {k: pass@k}} for k = 1, 64, n (Eq. 27)
+        b = evaluate.load_result(cfg.sft)["benchmarks"]["maze"]
+        sft = {"n": b["n"], "rule": b["rule"],
+               **{rule: {k: pass_at(b, rule, k) for k in (1, 64, b["n"])} for rule in ("strict", "walk")}}
+    curves(runs, sft, cfg)
+    table(runs, sft, cfg)
+    print(f"wrote {cfg.figure} and {cfg.table}")
+
+
+if __name__ == "__main__":
+    main(parse_config(Config, doc=__doc__))
