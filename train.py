@@ -451,10 +451,15 @@ def conflict_message(folder, changed):
             f"values or use another --out_dir (a resume may change only --{', --'.join(RESUME_MAY_CHANGE)})")
 
 
+# What a run saved before a flag existed did, where that differs from the flag's default.
+BEFORE_FLAG = {"maze_reward": "walk"}
+
+
 def resume_conflicts(saved, cfg):
     """The flags of `cfg` that differ from the `saved` config (a checkpoint's) and may not change on
-    resume, as "--name now (was before)". Fields the saved config lacks (added since) are not compared."""
-    now = asdict(cfg)
+    resume, as "--name now (was before)". A field the saved config lacks (added since) is compared
+    with BEFORE_FLAG's value if it has one, else not at all."""
+    now, saved = asdict(cfg), {**BEFORE_FLAG, **saved}
     return [f"--{k} {now[k]} (was {v})" for k, v in saved.items()
             if k in now and k not in RESUME_MAY_CHANGE and now[k] != v]
 

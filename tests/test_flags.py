@@ -205,3 +205,15 @@ def test_a_missing_package_is_refused_before_any_work(argv, package, pattern, tm
     monkeypatch.undo()
     if package != "wandb":                     # the fix the line names installs it
         assert re.search(rf"^{package}\b", (ROOT / "requirements-gpu.txt").read_text(), re.M)
+
+
+def test_resume_compares_a_flag_added_since_with_what_the_run_did(tmp_path):
+    """A checkpoint saved before --maze_reward existed trained on the walk rule: resuming it under
+    the strict default would change the experiment silently, so it is refused; --maze_reward walk is not."""
+    model = tmp_path / "sft"
+    maze.save_checkpoint(maze.build_model(), maze.build_tokenizer(), model, {"config": {"size": 7}})
+    cfg = train.Config(task="maze", model=str(model), out_dir=str(tmp_path / "run"))
+    saved = {k: v for k, v in dataclasses.asdict(cfg).items() if k != "maze_reward"}
+    assert train.resume_conflicts(saved, cfg) == ["--maze_reward strict (was walk)"]
+    assert train.resume_conflicts(saved, dataclasses.replace(cfg, maze_reward="walk")) == []
+    assert train.resume_conflicts({**saved, "maze_reward": "strict"}, cfg) == []
