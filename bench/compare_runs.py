@@ -8,7 +8,10 @@ Each run directory holds train.py's metrics.jsonl. A run is the independent unit
 samples differ their policies drift apart for many steps, so steps of one run are not independent
 draws. We reduce each run to one number (its mean training reward over all steps, and over the
 last 10) and compare the groups' means with a Welch standard error: |B - A| < 2 SE reads "agree".
-The last logged held-out pass@1 (train.py's --eval_every) is compared the same way.
+The last logged held-out pass@k under the runs' own reward rule (train.py's --eval_every, every k
+logged) is compared the same way. It is also the class version of the maze experiment (README):
+
+    python bench/compare_runs.py --a "out/class/g0_s*" --b "out/class/g0.5_s*"     # GRPO vs F-GRPO
 """
 import glob
 import json
@@ -76,7 +79,10 @@ def main(cfg):
     compare("mean reward, last 10 steps", *[[mean(c[-10:]) for c in reward[g]] for g in "AB"])
     evals = {g: [[m for m in run[:T] if heldout_pass1(m)][-1:] for run in runs.values()] for g, runs in groups.items()}
     if all(e for g in "AB" for e in evals[g]):
-        compare("held-out pass@1 (last eval)", *[[e[0][heldout_pass1(e[0])] for e in evals[g]] for g in "AB"])
+        last = evals["A"][0][0]
+        rule = heldout_pass1(last).split("/")[1]                 # the training rule: its pass@k, every k logged
+        for key in [k for k in last if k.startswith(f"eval/{rule}/pass@")]:
+            compare(f"held-out {rule} {key.split('/')[-1]} (last)", *[[e[0][key] for e in evals[g]] for g in "AB"])
     for g, runs in groups.items():
         ms = [m for run in runs.values() for m in run[:T]]
         print(f"  {g}: max |logp engine - trainer| {max(m['logp/diff_max'] for m in ms):.1e}, "
