@@ -54,6 +54,7 @@ from transformers import (AutoModelForCausalLM, GenerationConfig, PreTrainedToke
                           Qwen2ForCausalLM)
 
 import rollout
+from advantage import pass_at_k_curve
 from common import Task, atomic_dir, atomic_write_json, check, check_min, check_out_dir, check_positive, parse_config
 
 # -----------------------------------------------------------------------------
@@ -484,18 +485,19 @@ def main(cfg):
     engine = rollout.TorchEngine(model, pad_token_id=PAD)
     res = evaluate_mazes(engine, tokenizer, heldout, cfg.eval_samples, cfg.seed)
     total = cfg.eval_samples * len(heldout)
-    c = res[cfg.maze_reward]
-    info["eval"] = dict(mazes=len(heldout), samples=cfg.eval_samples, temperature=1.0, rule=cfg.maze_reward,
+    c, n = res[cfg.maze_reward], cfg.eval_samples
+    info["eval"] = dict(mazes=len(heldout), samples=n, temperature=1.0, rule=cfg.maze_reward,
                         pass1_strict=sum(res["strict"]) / total, pass1_walk=sum(res["walk"]) / total,
+                        **{f"pass@{n}_{rule}": pass_at_k_curve(n, res[rule])[n] for rule in RULES},
                         solved_any=sum(x > 0 for x in c) / len(heldout),
                         mixed=sum(0 < x < cfg.eval_samples for x in c) / len(heldout),
                         seconds=round(time.time() - t0, 1), strict=res["strict"], walk=res["walk"])
     atomic_write_json(Path(cfg.out_dir) / "sft.json", info)
     e = info["eval"]
     print(f"maze 0 sample: {res['first'][0]}\n{render(heldout[0], res['first'][0].split())}")
-    print(f"held-out pass@1 ({len(heldout)} mazes x {cfg.eval_samples} samples, T=1.0): "
-          f"strict {e['pass1_strict']:.3f} | walk {e['pass1_walk']:.3f} | {cfg.maze_reward}: any-correct "
-          f"{e['solved_any']:.3f}, mixed {e['mixed']:.3f} | eval {e['seconds']}s")
+    print(f"held-out ({len(heldout)} mazes x {n} samples, T=1.0): pass@1 strict {e['pass1_strict']:.3f} "
+          f"walk {e['pass1_walk']:.3f} | pass@{n} strict {e[f'pass@{n}_strict']:.3f} walk {e[f'pass@{n}_walk']:.3f} "
+          f"| {cfg.maze_reward}: any-correct {e['solved_any']:.3f}, mixed {e['mixed']:.3f} | eval {e['seconds']}s")
 
 if __name__ == "__main__":
     main(parse_config(Config, doc=__doc__))
