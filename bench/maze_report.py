@@ -122,7 +122,7 @@ def curves(runs, sft, cfg):
         axes[0, col].legend(fontsize=8)
     fig.tight_layout()
     Path(cfg.figure).parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(cfg.figure, dpi=110)
+    fig.savefig(cfg.figure, dpi=90)
     plt.close(fig)
 
 
