@@ -248,17 +248,12 @@ class DetourEngine:
 
     def generate(self, prompts, n, seeds, **kw):
         import maze
-        out = rollout.Rollouts([], [], [], [])
         back = {"UP": "DOWN", "DOWN": "UP", "LEFT": "RIGHT", "RIGHT": "LEFT"}
-        for i, g in enumerate(self.grids):
-            path = maze.solve(g)
-            ids = self.tok.convert_tokens_to_ids([path[0], back[path[0]], *path, "DONE", "<eos>"])
-            for _ in range(n):
-                out.prompt_index.append(i)
-                out.token_ids.append(ids)
-                out.engine_logp.append([0.0] * len(ids))
-                out.finish_reason.append("stop")
-        return out
+        answers = [self.tok.convert_tokens_to_ids([p[0], back[p[0]], *p, "DONE", "<eos>"])
+                   for p in map(maze.solve, self.grids)]
+        return rollout.Rollouts([i for i in range(len(answers)) for _ in range(n)],
+                                [a for a in answers for _ in range(n)], [[0.0] * len(a) for a in answers for _ in range(n)],
+                                ["stop"] * (len(answers) * n))
 
 
 def test_maze_benchmark_reward_rule(tmp_path):
