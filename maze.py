@@ -490,7 +490,7 @@ def main(cfg):
                         pass1_strict=sum(res["strict"]) / total, pass1_walk=sum(res["walk"]) / total,
                         **{f"pass@{n}_{rule}": pass_at_k_curve(n, res[rule])[n] for rule in RULES},
                         solved_any=sum(x > 0 for x in c) / len(heldout),
-                        mixed=sum(0 < x < cfg.eval_samples for x in c) / len(heldout),
+                        mixed=sum(0 < x < n for x in c) / len(heldout),
                         seconds=round(time.time() - t0, 1), strict=res["strict"], walk=res["walk"])
     atomic_write_json(Path(cfg.out_dir) / "sft.json", info)
     e = info["eval"]
@@ -498,6 +498,7 @@ def main(cfg):
     print(f"held-out ({len(heldout)} mazes x {n} samples, T=1.0): pass@1 strict {e['pass1_strict']:.3f} "
           f"walk {e['pass1_walk']:.3f} | pass@{n} strict {e[f'pass@{n}_strict']:.3f} walk {e[f'pass@{n}_walk']:.3f} "
           f"| {cfg.maze_reward}: any-correct {e['solved_any']:.3f}, mixed {e['mixed']:.3f} | eval {e['seconds']}s")
+
 
 if __name__ == "__main__":
     main(parse_config(Config, doc=__doc__))
