@@ -12,7 +12,12 @@ run with a final evaluation (EVALS/RUN.json, evaluate.py --benchmarks maze) give
 pass@1, pass@64 and pass@n per seed, the mean and its standard error over seeds, and for each seed
 F-GRPO minus GRPO by the paired m-out-of-n test of evaluate.py (evaluation noise only). The early
 drop is the SFT's pass@64 minus the lowest pass@64 a run logged in its first --early steps.
-Every run found is reported: a run without a final evaluation is listed as such.
+"Forget the rare", per maze: the held-out mazes are binned by how often the SFT warm start solved
+them (its c/n, --sft_edges), and each arm's row gives, per bin, the share of mazes it still solves at
+least once in n samples, and its mean per-maze pass@1 there. The warm start's own row is scored on
+--sft_again, samples independent of those that binned the mazes (scored on the binning samples, its
+"solved" would be 100% in every bin by construction). Every run found is reported: a run without a
+final evaluation is listed as such.
 """
 import glob
 import json
@@ -27,7 +32,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import evaluate  # noqa: E402
 from advantage import pass_at_k_table  # noqa: E402
-from common import atomic_write_text, check_min, parse_config  # noqa: E402
+from common import atomic_write_text, check, check_min, parse_config  # noqa: E402
 
 
 @dataclass
@@ -35,15 +40,20 @@ class Config:
     runs: str = "out/maze_rl/N*"             # glob of train.py run folders
     evals: str = "runs/maze"                 # folder of evaluate.py results, one RUN.json per run folder name
     sft: str = "runs/maze/sft.json"          # evaluate.py result of the SFT warm start (step 0)
+    sft_again: str = "runs/maze/sft_seed1.json"  # the warm start evaluated again with another --seed (optional)
     figure: str = "figures/maze_curves.png"
     table: str = "runs/maze/table4.md"
     bin: int = 10                            # steps per point of the training-reward curve
     early: int = 100                         # steps in which the early pass@64 drop is looked for
     m: int = 64                              # the paired test's subsample size (<= evaluate.py's n)
     iters: int = 20_000
+    sft_edges: tuple[float, ...] = (0.05, 0.2, 0.5)  # upper edges of the bins of SFT success c/n
 
     def __post_init__(self):
         check_min(self, 1, "bin", "early", "m", "iters")
+        e = self.sft_edges
+        check(all(0 < x < 1 for x in e) and all(x < y for x, y in zip(e, e[1:])),
+              f"--sft_edges {' '.join(map(str, e))}: must be increasing numbers inside (0, 1)")
 
 
 ARMS = {0.0: "GRPO", 0.5: "F-GRPO γ=0.5", 1.0: "F-GRPO γ=1"}
@@ -167,18 +177,61 @@ def table(runs, sft, cfg):
             cells = [f"{100 * res[k]['diff']:+.1f} [{100 * res[k]['lo']:+.1f}, {100 * res[k]['hi']:+.1f}]"
                      + ("*" if res[k]["significant"] else "") for k in (1, cfg.m)]
             lines.append(f"| {N} | {ARMS.get(gamma, gamma)} | {s} | " + " | ".join(cells) + " |")
+    if sft is not None:
+        lines += by_sft_difficulty(runs, sft, cfg)
     text = "\n".join(lines) + "\n"
     atomic_write_text(cfg.table, text)
     print(text)
 
 
+def by_sft_difficulty(runs, sft, cfg):
+    """The table of "forget the rare": per bin of the SFT's per-maze success c/n (a maze the warm start
+    never solved, then (0, e1], (e1, e2], ...), the share of those mazes a policy still solves at least
+    once in its n samples and its mean pass@1 on them; mean over seeds. A maze held out from training
+    whose path the SFT sampled rarely is the maze analogue of a rare correct solution (PAPER §3)."""
+    rule = sft["rule"]
+    c0 = np.asarray(sft["result"][f"c_{rule}"])
+    p0 = c0 / sft["n"]
+    edges = cfg.sft_edges
+    names = ["unsolved", *(f"({a:g}, {b:g}]" for a, b in zip([0, *edges], edges)), f"> {edges[-1]:g}"]
+    bin_of = np.where(c0 == 0, 0, 1 + np.searchsorted(edges, p0, side="left"))   # right-closed bins
+    sizes = [int((bin_of == b).sum()) for b in range(len(names))]
+    head = "| N | method | seeds | " + " | ".join(f"SFT {nm}: {sz} mazes" for nm, sz in zip(names, sizes)) + " |"
+    lines = [f"\nForget the rare: the held-out mazes binned by the SFT warm start's {rule} success c/n "
+             f"(n = {sft['n']}); each cell is the share of the bin's mazes a policy still solves in its n "
+             "samples (solved at least once) / its mean pass@1 there, %, mean over seeds with a final "
+             "evaluation:\n", head, "|---" * (head.count("|") - 1) + "|"]
+    rows = [("–", "SFT warm start (again)" if "again" in sft else "SFT warm start (binning samples)",
+             [sft.get("again", sft["result"])])]
+    for (N, gamma), seeds in sorted(runs.items()):
+        rows.append((N, ARMS.get(gamma, gamma), [r["eval"] for r in seeds.values() if r["eval"] is not None]))
+    for N, method, evals in rows:
+        if not evals:
+            continue
+        if any(len(e[f"c_{rule}"]) != len(c0) or e["n"] != sft["n"] for e in evals):
+            sys.exit(f"error: {method} at N={N} was evaluated on other mazes or another n than the SFT")
+        cells = []
+        for b in range(len(names)):
+            if not sizes[b]:
+                cells.append("–")
+                continue
+            per_seed = [np.asarray(e[f"c_{rule}"])[bin_of == b] for e in evals]
+            solved = np.mean([(c > 0).mean() for c in per_seed])
+            p1 = np.mean([(c / e["n"]).mean() for c, e in zip(per_seed, evals)])
+            cells.append(f"{100 * solved:.1f} / {100 * p1:.1f}")
+        lines.append(f"| {N} | {method} | {len(evals)} | " + " | ".join(cells) + " |")
+    return lines
+
+
 def main(cfg):
     runs = load_runs(cfg)
     sft = None
-    if Path(cfg.sft).is_file():                  # {rule: {k: pass@k}} for k = 1, 64, n (Eq. 27)
+    if Path(cfg.sft).is_file():      # the result, and {rule: {k: pass@k}} for k = 1, 64, n (Eq. 27)
         b = evaluate.load_result(cfg.sft)["benchmarks"]["maze"]
-        sft = {"n": b["n"], "rule": b["rule"],
+        sft = {"n": b["n"], "rule": b["rule"], "result": b,
                **{rule: {k: pass_at(b, rule, k) for k in (1, 64, b["n"])} for rule in ("strict", "walk")}}
+        if Path(cfg.sft_again).is_file():
+            sft["again"] = evaluate.load_result(cfg.sft_again)["benchmarks"]["maze"]
     curves(runs, sft, cfg)
     table(runs, sft, cfg)
     print(f"wrote {cfg.figure} and {cfg.table}")

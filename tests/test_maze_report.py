@@ -5,6 +5,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 import maze_report  # noqa: E402
@@ -49,3 +50,32 @@ def test_report_lists_every_run_with_its_numbers(tmp_path, capsys):
     paired = [line for line in text.splitlines() if line.startswith("| 8 | F-GRPO γ=0.5 | 0 |")]
     assert len(paired) == 1 and "+0.0" in paired[0].split("|")[4] and "*" in paired[0].split("|")[5]
     assert (tmp_path / "f.png").stat().st_size > 0
+
+
+def test_forget_the_rare_bins_mazes_by_the_warm_start(tmp_path):
+    """Mazes binned by the SFT's c/n (n = 64): 0, 1/64, 10/64 and 40/64 land in the unsolved,
+    (0, 0.05], (0.05, 0.2] and > 0.5 bins; (0.2, 0.5] is empty. Each cell: solved share / mean pass@1."""
+    sft_counts = [0] * 4 + [1] * 4 + [10] * 4 + [40] * 4
+    plant(tmp_path, "N8_g0_s0", 8, 0.0, 0, 0.5, [0] * 4 + [0, 0, 0, 5] + [10] * 4 + [64] * 4)
+    plant(tmp_path, "N8_g0_s1", 8, 0.0, 1, 0.5, [0] * 4 + [0, 0, 5, 5] + [0] * 4 + [64] * 4)
+    plant(tmp_path, "sft", 8, 0.0, 9, 0.5, sft_counts)           # an evaluate.py result like any other
+    plant(tmp_path, "sft_again", 8, 0.0, 9, 0.5, [0] * 8 + [10] * 8)
+    evals = tmp_path / "evals"
+    cfg = maze_report.Config(runs=str(tmp_path / "runs" / "N*"), evals=str(evals), sft=str(evals / "sft.json"),
+                             sft_again=str(evals / "sft_again.json"), figure=str(tmp_path / "f.png"), table=str(tmp_path / "t.md"), iters=100)
+    maze_report.main(cfg)
+    lines = (tmp_path / "t.md").read_text().splitlines()
+    head = next(line for line in lines if line.startswith("| N | method | seeds | SFT unsolved"))
+    assert "unsolved: 4 mazes | SFT (0, 0.05]: 4 mazes | SFT (0.05, 0.2]: 4 mazes" in head
+    assert "SFT (0.2, 0.5]: 0 mazes | SFT > 0.5: 4 mazes |" in head
+    again = next(line for line in lines if "SFT warm start (again)" in line)
+    assert again.split(" | ")[3:] == ["0.0 / 0.0", "0.0 / 0.0", "100.0 / 15.6", "–", "100.0 / 15.6 |"]
+    grpo = [line for line in lines if line.startswith("| 8 | GRPO | 2 | ") and "/" in line][-1]
+    # (0, 0.05]: seed 0 solves 1 of 4, seed 1 2 of 4 -> 37.5%; pass@1 (5/64 and 10/64)/4 -> 2.9%
+    assert grpo.split(" | ")[3:] == ["0.0 / 0.0", "37.5 / 2.9", "50.0 / 7.8", "–", "100.0 / 100.0 |"]
+
+
+def test_sft_edges_are_checked_before_any_work(tmp_path):
+    for edges in ((0.2, 0.05), (0.0, 0.5), (0.5, 1.0)):
+        with pytest.raises(ValueError, match="--sft_edges"):
+            maze_report.Config(sft_edges=edges)
