@@ -39,7 +39,7 @@ def test_report_lists_every_run_with_its_numbers(tmp_path, capsys):
     sft = tmp_path / "evals" / "sft.json"
     sft.write_text((tmp_path / "evals" / "N8_g0.5_s0.json").read_text())        # SFT pass@64 = 1.0
     cfg = maze_report.Config(runs=str(tmp_path / "runs" / "N*"), evals=str(tmp_path / "evals"), sft=str(sft),
-                             figure=str(tmp_path / "f.png"), table=str(tmp_path / "t.md"), early=5, iters=2000)
+                             sft_again=str(tmp_path / "absent.json"), figure=str(tmp_path / "f.png"), table=str(tmp_path / "t.md"), early=5, iters=2000)
     maze_report.main(cfg)
     text = (tmp_path / "t.md").read_text()
     grpo = next(line for line in text.splitlines() if "| GRPO |" in line)
