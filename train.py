@@ -797,11 +797,13 @@ def step_metrics(r):
     n = s["rollouts"]
     metrics = {"step": r.step, "reward/mean": s["reward"] / n,
                "groups/all_correct": s["all_correct"] / s["groups"], "groups/all_wrong": s["all_wrong"] / s["groups"],
-               "focal/g_mean": s["g"] / s["groups"], "focal/g_mean_mixed": s["g_mixed"] / max(s["mixed"], 1),
+               "focal/g_mean": s["g"] / s["groups"],
                "adv/abs_mean_pre": s["adv_pre"] / n, "adv/abs_mean_post": s["adv_post"] / n,
                "len/mean": s["tokens"] / n, "len/max": len_max, "trunc/frac": s["trunc"] / n,
                "logp/diff_abs_mean": s["gap"] / max(s["gap_n"], 1), "logp/diff_max": gap_max,
                "grad_norm": sum(r.grad_norms) / len(r.grad_norms), "lr": r.lr, "tokens": s["tokens"]}
+    if s["mixed"]:                    # a mean over no groups is undefined; 0 would drag run averages down
+        metrics["focal/g_mean_mixed"] = s["g_mixed"] / s["mixed"]
     metrics.update({f"reward/{k}": s[k] for k in r.reward_stats})
     metrics.update(r.update_stats)
     metrics.update({f"time/{k}": v for k, v in r.seconds.items()})

@@ -324,3 +324,26 @@ def test_math_exports_each_epoch_for_evaluate_py_and_a_resume_keeps_them(data, t
     assert len(selection["candidates"]) == 3 and selection["n"] == {"math500": 2}
     # A random tiny model scores 0 everywhere: the tie goes to the least compute, epoch_1.
     assert selection["best"]["result"] == "epoch_1.json" and selection["best"]["rollouts"] == 18
+
+
+def test_focal_weight_over_mixed_groups_is_left_out_when_there_are_none(tmp_path):
+    """A step without a mixed group has no mean focal weight over mixed groups: logging 0 there pulled
+    a GRPO run's average below 1."""
+    import torch.distributed as dist
+    from rollout import Rollouts
+    from train import StepResult, step_metrics
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'pg'}", rank=0, world_size=1)
+    try:
+        def metrics(R, g):
+            R = torch.tensor(R, dtype=torch.float32)
+            n = R.numel()
+            rollouts = Rollouts([i // 2 for i in range(n)], [[1, 2]] * n, [[-0.5, -0.5]] * n, ["stop"] * n)
+            return step_metrics(StepResult(1, R, torch.zeros_like(R), torch.zeros_like(R), torch.tensor(g),
+                                           rollouts, [torch.tensor([-0.5, -0.5])] * n, {}, {}, [0.1], 1e-4,
+                                           {"step": 1.0, "rollout": 0.5}))
+        m = metrics([[0, 0], [1, 1]], [1.0, 0.0])
+        assert "focal/g_mean_mixed" not in m and m["focal/g_mean"] == 0.5
+        m = metrics([[0, 1], [1, 1]], [0.7, 0.0])
+        assert m["focal/g_mean_mixed"] == pytest.approx(0.7) and m["groups/all_correct"] == 0.5
+    finally:
+        dist.destroy_process_group()
