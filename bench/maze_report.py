@@ -210,14 +210,14 @@ def by_sft_difficulty(runs, sft, cfg):
             continue
         if any(len(e[f"c_{rule}"]) != len(c0) or e["n"] != sft["n"] for e in evals):
             sys.exit(f"error: {method} at N={N} was evaluated on other mazes or another n than the SFT")
+        counts = [np.asarray(e[f"c_{rule}"]) for e in evals]             # one array per seed, all mazes
         cells = []
         for b in range(len(names)):
             if not sizes[b]:
                 cells.append("–")
                 continue
-            per_seed = [np.asarray(e[f"c_{rule}"])[bin_of == b] for e in evals]
-            solved = np.mean([(c > 0).mean() for c in per_seed])
-            p1 = np.mean([(c / e["n"]).mean() for c, e in zip(per_seed, evals)])
+            solved = np.mean([(c[bin_of == b] > 0).mean() for c in counts])
+            p1 = np.mean([c[bin_of == b].mean() / sft["n"] for c in counts])
             cells.append(f"{100 * solved:.1f} / {100 * p1:.1f}")
         lines.append(f"| {N} | {method} | {len(evals)} | " + " | ".join(cells) + " |")
     return lines

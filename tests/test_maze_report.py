@@ -39,7 +39,8 @@ def test_report_lists_every_run_with_its_numbers(tmp_path, capsys):
     sft = tmp_path / "evals" / "sft.json"
     sft.write_text((tmp_path / "evals" / "N8_g0.5_s0.json").read_text())        # SFT pass@64 = 1.0
     cfg = maze_report.Config(runs=str(tmp_path / "runs" / "N*"), evals=str(tmp_path / "evals"), sft=str(sft),
-                             sft_again=str(tmp_path / "absent.json"), figure=str(tmp_path / "f.png"), table=str(tmp_path / "t.md"), early=5, iters=2000)
+                             sft_again=str(tmp_path / "absent.json"), figure=str(tmp_path / "f.png"),
+                             table=str(tmp_path / "t.md"), early=5, iters=2000)
     maze_report.main(cfg)
     text = (tmp_path / "t.md").read_text()
     grpo = next(line for line in text.splitlines() if "| GRPO |" in line)
@@ -62,7 +63,8 @@ def test_forget_the_rare_bins_mazes_by_the_warm_start(tmp_path):
     plant(tmp_path, "sft_again", 8, 0.0, 9, 0.5, [0] * 8 + [10] * 8)
     evals = tmp_path / "evals"
     cfg = maze_report.Config(runs=str(tmp_path / "runs" / "N*"), evals=str(evals), sft=str(evals / "sft.json"),
-                             sft_again=str(evals / "sft_again.json"), figure=str(tmp_path / "f.png"), table=str(tmp_path / "t.md"), iters=100)
+                             sft_again=str(evals / "sft_again.json"), figure=str(tmp_path / "f.png"),
+                             table=str(tmp_path / "t.md"), iters=100)
     maze_report.main(cfg)
     lines = (tmp_path / "t.md").read_text().splitlines()
     head = next(line for line in lines if line.startswith("| N | method | seeds | SFT unsolved"))
