@@ -22,12 +22,16 @@ Log-probs, one name per idea, here and in train.py / evaluate.py / advantage.py:
                  old_logp up to numerics, which the logp/diff_* metrics watch
     ref_logp     under the frozen initial model (GRPO-KL's k3, Sec. 5.6)
     logprobs     a whole distribution over the vocabulary, (B, V): sampling_logprobs
-The trainer's forward: completion_logits (logits / T at the positions that predict the completion)
-then token_logp (the completion tokens' logp, with gradient); completion_logp does both in batches
-without gradient and returns one 1-D tensor per completion.
+The trainer's forward: policy_logp(model, pack(...), T, entropy) -> (logp, H), both (S, Tc). It runs
+the decoder, then the vocabulary head in chunks of tokens with a custom autograd Function that
+recomputes each chunk's logits in backward, so the (S, Tc, V) logits (37-148 GiB at the paper's
+scale) never exist; under FSDP2 it runs as a registered forward of the root (register_policy_forward).
+completion_logp does the same in batches without gradient and returns one 1-D tensor per completion.
+completion_logits + token_logp are the direct formula with full logits: the reference in tests.
 
-TorchEngine is plain PyTorch + transformers (CPU and GPU): batched, KV cache, left padding with
-correct position ids. Three things make it faster than model.generate on RL batches:
+TorchEngine is plain PyTorch + transformers (CPU and GPU): batched, left padding with correct
+position ids, a KV cache bounded by kv_cache_bytes (prompts are batched only as far as their worst
+case fits). Three things make it faster than model.generate on RL batches:
 1) each prompt is prefilled once and its KV cache copied n times, instead of prefilling n copies;
 2) finished rows leave the batch, so short completions stop costing compute;
 3) no logits processors or stopping-criteria machinery per token.
@@ -157,6 +161,9 @@ class GroupKV:
         own cache, (B, KV, T, D), then attends to its prompt's keys and to its own first t + 1 keys,
         in one softmax. The prompt part is one matrix product per prompt for all n samples at once.
     rows: the rows still decoding; finished ones simply stop being listed, nothing is copied.
+    Scores q.k are computed in float32 whatever the model dtype: bf16-rounded scores would widen
+    the gap between the engine's log-probs and the trainer's. peak_bytes: the most KV memory held,
+    the transient of a growth included (TorchEngine checks it against its budget).
     """
 
     def __init__(self, n, prompt_mask, max_new_tokens):
@@ -164,6 +171,11 @@ class GroupKV:
         self.prompt_k, self.prompt_v = {}, {}            # layer -> (P, KV, L, D)
         self.k, self.v = {}, {}                          # layer -> (P*n, KV, T so far, D)
         self.rows, self.t = None, -1                     # t = -1: the prefill
+        self.peak_bytes = 0
+
+    def nbytes(self):
+        return sum(x.numel() * x.element_size() for d in (self.prompt_k, self.prompt_v, self.k, self.v)
+                   for x in d.values())
 
     def attend(self, layer, q, k, v, scale):
         P, KV, L, D = self.prompt_k[layer].shape
@@ -173,6 +185,9 @@ class GroupKV:
             grow = k.new_zeros(P * n, KV, min(self.T, max(2 * size, 64)) - size, D)
             self.k[layer] = torch.cat([self.k[layer], grow], 2) if size else grow
             self.v[layer] = torch.cat([self.v[layer], grow], 2) if size else grow.clone()
+            # while v is concatenated, the old v and `grow` are alive too: one new k's worth more
+            extra = self.k[layer].numel() * self.k[layer].element_size() if size else 0
+            self.peak_bytes = max(self.peak_bytes, self.nbytes() + extra)
         self.k[layer][rows, :, self.t] = k[:, :, 0]
         self.v[layer][rows, :, self.t] = v[:, :, 0]
 
@@ -185,35 +200,92 @@ class GroupKV:
         def scatter(x):           # (b, H, X) of the live rows -> (P*n, H, X), zeros elsewhere
             return x.new_zeros(P * n, *x.shape[1:]).index_copy_(0, rows, x)
 
-        q1 = q[:, :, 0]                                                                    # (b, H, D)
-        s_prompt = per_row(per_prompt(scatter(q1)) @ self.prompt_k[layer].transpose(-1, -2))  # (b, H, L)
+        q1 = q[:, :, 0].float()                                                            # (b, H, D)
+        s_prompt = per_row(per_prompt(scatter(q1)) @ self.prompt_k[layer].float().transpose(-1, -2))  # (b, H, L)
         s_prompt = s_prompt.masked_fill(~self.prompt_mask[rows // n, None], -math.inf)
         own_k, own_v = self.k[layer][rows, :, :self.t + 1], self.v[layer][rows, :, :self.t + 1]  # (b, KV, t+1, D)
-        s_own = (q1.view(b, KV, H // KV, D) @ own_k.transpose(-1, -2)).view(b, H, -1)      # (b, H, t+1)
-        p = (torch.cat([s_prompt, s_own], -1).float() * scale).softmax(-1).to(q.dtype)
+        s_own = (q1.view(b, KV, H // KV, D) @ own_k.float().transpose(-1, -2)).view(b, H, -1)  # (b, H, t+1)
+        p = (torch.cat([s_prompt, s_own], -1) * scale).softmax(-1).to(q.dtype)            # fp32 scores
         out = per_row(per_prompt(scatter(p[..., :L])) @ self.prompt_v[layer])              # (b, H, D)
         out = out + (p[..., L:].view(b, KV, H // KV, -1) @ own_v).view(b, H, D)
         return out[:, None]                                                                # (b, 1, H, D)
 
 
+KV_CACHE_BYTES = 16 << 30      # TorchEngine's default KV-cache budget (GroupKV, all layers, K and V)
+
+
+def kv_bytes_per_token(config, dtype):
+    """Bytes of K and V one token costs in the cache of all layers: 2 * layers * kv_heads * head_dim * size."""
+    config = config.get_text_config() if hasattr(config, "get_text_config") else config
+    heads = config.num_attention_heads
+    kv_heads = getattr(config, "num_key_value_heads", None) or heads
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+    return 2 * config.num_hidden_layers * kv_heads * head_dim * dtype.itemsize
+
+
 class TorchEngine:
     """Generation with a Hugging Face causal LM in plain PyTorch. The engine owns its model: in
-    training it is an unsharded copy of the policy that load_weights() refreshes every step."""
+    training it is an unsharded copy of the policy that load_weights() refreshes every step.
 
-    def __init__(self, model, pad_token_id, max_batch_size=512):
+    kv_cache_bytes bounds the KV cache: prompts are admitted to a forward batch only while the
+    batch's worst case (every row running to max_new_tokens) fits, see kv_worst_case. peak_kv_bytes
+    records the most KV memory actually held, for tests and logs."""
+
+    def __init__(self, model, pad_token_id, max_batch_size=512, kv_cache_bytes=KV_CACHE_BYTES):
         self.model = use_attention(model.eval())
         self.pad_token_id = pad_token_id
         self.max_batch_size = max_batch_size
+        self.kv_cache_bytes = kv_cache_bytes
+        self.peak_kv_bytes = 0
+
+    @property
+    def dtype(self):
+        """The dtype of the engine's weights: sync_weights casts to it before gathering."""
+        return next(self.model.parameters()).dtype
+
+    def kv_worst_case(self, num_prompts, prompt_len, n, max_new_tokens):
+        """The most KV-cache bytes a forward batch of num_prompts prompts (left-padded to prompt_len)
+        x n samples can hold: per layer, the prompts' K and V (P, KV, L, D) and the rows' own
+        (P*n, KV, max_new_tokens, D), plus, for one layer at a time, the larger transient of a cache
+        growth (the old and grown halves during torch.cat: one layer's own K at full size) and of
+        the float32 copies of its keys that the scores are computed with."""
+        per_token = kv_bytes_per_token(self.model.config, self.dtype)          # all layers, K and V
+        layers = self.model.config.get_text_config().num_hidden_layers
+        rows_tokens = num_prompts * n * max_new_tokens
+        cache = per_token * (num_prompts * prompt_len + rows_tokens)
+        one_k = per_token // (2 * layers)                                      # one layer's K, per token
+        fp32_keys = one_k * (num_prompts * prompt_len + rows_tokens) * 4 // self.dtype.itemsize
+        return cache + max(one_k * rows_tokens, fp32_keys)
+
+    def plan_chunks(self, prompts, n, max_new_tokens):
+        """Split prompts into forward batches of at most max_batch_size rows whose worst-case KV cache
+        fits kv_cache_bytes, in order. Raises ValueError when one prompt's n rows cannot fit at all."""
+        per_chunk = max(1, self.max_batch_size // n)
+        chunks, start = [], 0
+        while start < len(prompts):
+            L = len(prompts[start])
+            need = self.kv_worst_case(1, L, n, max_new_tokens)
+            if need > self.kv_cache_bytes:
+                raise ValueError(f"TorchEngine: kv_cache_bytes={self.kv_cache_bytes} cannot hold one prompt "
+                                 f"of {L} tokens x n={n} samples x max_new_tokens={max_new_tokens}: "
+                                 f"it needs {need} bytes")
+            end = start + 1
+            while (end < len(prompts) and end - start < per_chunk and self.kv_worst_case(
+                    end + 1 - start, max(L, len(prompts[end])), n, max_new_tokens) <= self.kv_cache_bytes):
+                L = max(L, len(prompts[end]))
+                end += 1
+            chunks.append((start, end))
+            start = end
+        return chunks
 
     @torch.no_grad()
     def generate(self, prompts, n, seeds, *, max_new_tokens, stop_token_ids, temperature=1.0,
                  top_p=1.0, top_k=0):
         check_prompts(prompts, seeds)
         out = Rollouts([], [], [], [])
-        per_chunk = max(1, self.max_batch_size // n)                    # prompts per forward batch
-        for start in range(0, len(prompts), per_chunk):
-            chunk = self._generate_chunk(prompts[start:start + per_chunk], n,
-                                         seeds[start:start + per_chunk], max_new_tokens,
+        # sampling is keyed by (seed, sample), so how prompts are split into batches changes nothing
+        for start, end in self.plan_chunks(prompts, n, max_new_tokens):
+            chunk = self._generate_chunk(prompts[start:end], n, seeds[start:end], max_new_tokens,
                                          set(stop_token_ids), temperature, top_p, top_k)
             out.prompt_index += [start + i for i in chunk.prompt_index]
             out.token_ids += chunk.token_ids
@@ -266,6 +338,7 @@ class TorchEngine:
             logits = self.model(input_ids=tok[:, None], position_ids=next_pos[:, None], use_cache=False,
                                 decode=kv).logits[:, -1]
             next_pos = next_pos + 1
+        self.peak_kv_bytes = max(self.peak_kv_bytes, kv.peak_bytes, kv.nbytes())
         n_tok, out_tok, engine_logp = length.tolist(), out_tok.cpu(), engine_logp.cpu()
         return Rollouts([b // n for b in range(B)],
                         [out_tok[b, :n_tok[b]].tolist() for b in range(B)],
@@ -352,6 +425,7 @@ class VLLMEngine:
                            logprobs_mode="processed_logprobs", generation_config="vllm",
                            enforce_eager=self.on_cpu if enforce_eager is None else enforce_eager,
                            **memory)
+        self.dtype = getattr(torch, dtype) if isinstance(dtype, str) else dtype   # sync_weights casts to it
         self.asleep = set()           # the parts of the engine that sleep() released
         self.updating = False         # between the first load_weights and reset_prefix_cache
 
@@ -523,8 +597,10 @@ def pack(prompts, completions, pad_token_id, device="cpu", share_prompts=False):
 def completion_logits(model, batch, temperature=1.0):
     """Logits / T at the positions that predict each completion token. batch from pack(). (S, Tc, V)
 
-    The trainer divides by the same temperature the engine sampled with, or its log-probs would be
-    those of a different distribution (IMPLEMENTATION_NOTES R5).
+    The reference, small-scale path: it holds the whole (S, Tc, V) float tensor, 37-148 GiB at the
+    paper's scale (V = 152,064, 8 x 8k tokens). The trainer uses policy_logp; tests and benches
+    compare it with this. The trainer divides by the same temperature the engine sampled with, or
+    its log-probs would be those of a different distribution (IMPLEMENTATION_NOTES R5).
     """
     Tc = batch["targets"].shape[1]
     kw = dict(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
@@ -533,28 +609,184 @@ def completion_logits(model, batch, temperature=1.0):
         logits = model(**kw).logits[batch["row"][:, None], batch["src"]]
     else:
         logits = model(**kw, logits_to_keep=Tc + 1).logits[:, :-1]
-    return logits.float() / temperature
+    return logits.to(torch.promote_types(logits.dtype, torch.float32)) / temperature   # fp32 (fp64 stays)
 
 
 def token_logp(logits, batch):
-    """logp of each completion token: (S, Tc, V) logits -> (S, Tc), 0 where masked."""
+    """logp of each completion token: (S, Tc, V) logits -> (S, Tc), 0 where masked.
+
+    With completion_logits, the reference path (it needs the full logits); policy_logp is the bounded one."""
     logp = logits.log_softmax(-1).gather(-1, batch["targets"][..., None]).squeeze(-1)
     return logp * batch["completion_mask"]
 
 
+# The head's log-prob without the (tokens, V) logits: chunks of tokens, recomputed in backward
+
+CHUNK_BYTES = 1 << 30      # policy_logp's extra memory for the vocabulary head: ~1 GiB at any batch size
+CHUNK_TEMPS = 2            # (chunk, V) float32 buffers alive at once in _ChunkedHead: z and p (see there)
+
+
+def _chunk_logits(h, weight, bias, temperature, dtype):
+    """z = (h W^T + b) / T for one chunk of tokens, (c, d) -> (c, V) in `dtype` (float32, or float64).
+
+    F.linear, as the model's own head does, then one cast: for bf16 weights its bf16 output is a
+    transient half-size buffer that dies here."""
+    z = F.linear(h, weight, bias).to(dtype)
+    return z.div_(temperature) if temperature != 1.0 else z
+
+
+class _ChunkedHead(torch.autograd.Function):
+    """logp = z[target] - logsumexp(z) and H = logsumexp(z) - sum softmax(z) z, with z = (h W^T + b) / T,
+    for N flattened tokens, `chunk` tokens at a time.
+
+    Saves h, W, b, the targets and per-token lse, H; never the logits. Backward recomputes each
+    chunk's z and applies, with p = softmax(z) and dz the gradient w.r.t. z,
+        dz = g_logp (onehot(target) - p) - g_H p (z - (lse - H))     [d H / dz = -p (z - sum p z)]
+    then d(logits) = dz / T, dh = d(logits) W, dW += d(logits)^T h, db += sum d(logits).
+    Memory per chunk: z and p in float32, (c, V) each, so CHUNK_TEMPS = 2. The bf16 matmul output
+    and the bf16 copy of dz are half-size and never alive together with both (p is freed first).
+    Fixed on top, independent of the number of tokens: the (V, d) float32 accumulator of dW and one
+    (V, d) product per chunk. Matmuls run in the input dtype (bf16 on GPU, as the model's own head
+    and its autograd would), with dW accumulated over chunks in float32.
+    """
+
+    @staticmethod
+    def forward(ctx, h, weight, bias, targets, temperature, entropy, chunk):
+        N, dtype = h.shape[0], torch.promote_types(h.dtype, torch.float32)
+        logp = torch.empty(N, dtype=dtype, device=h.device)
+        lse = torch.empty(N, dtype=dtype, device=h.device)
+        H = torch.empty(N, dtype=dtype, device=h.device) if entropy else None
+        for s in range(0, N, chunk):
+            z = _chunk_logits(h[s:s + chunk], weight, bias, temperature, dtype)         # (c, V)
+            m = z.amax(-1, keepdim=True)                                                # (c, 1)
+            p = (z - m).exp_()                                      # unnormalised softmax, (c, V)
+            total = p.sum(-1)                                                           # (c,)
+            lse[s:s + chunk] = m.squeeze(-1) + total.log()
+            logp[s:s + chunk] = z.gather(-1, targets[s:s + chunk, None]).squeeze(-1) - lse[s:s + chunk]
+            if entropy:                                             # sum p z as a batched dot: no (c, V) temp
+                p.div_(total[:, None])
+                H[s:s + chunk] = lse[s:s + chunk] - (p[:, None, :] @ z[:, :, None]).view(-1)
+            del z, p
+        ctx.save_for_backward(h, weight, bias, targets, lse, H)
+        ctx.temperature, ctx.chunk = temperature, chunk
+        ctx.set_materialize_grads(False)                # an output without gradient arrives as None
+        return logp, H
+
+    @staticmethod
+    def backward(ctx, g_logp, g_H):
+        h, weight, bias, targets, lse, H = ctx.saved_tensors
+        T, chunk, dtype = ctx.temperature, ctx.chunk, lse.dtype
+        need_h, need_w, need_b = ctx.needs_input_grad[:3]
+        dh = torch.zeros_like(h) if need_h else None
+        dw = torch.zeros(weight.shape, dtype=dtype, device=weight.device) if need_w else None
+        db = torch.zeros(bias.shape, dtype=dtype, device=bias.device) if need_b else None
+        if g_logp is None and g_H is None:
+            return dh, dw, db, None, None, None, None
+        for s in range(0, h.shape[0], chunk):
+            h_c, t_c, lse_c = h[s:s + chunk], targets[s:s + chunk], lse[s:s + chunk]
+            z = _chunk_logits(h_c, weight, bias, T, dtype)                               # (c, V)
+            p = (z - lse_c[:, None]).exp_()                                              # softmax, (c, V)
+            if g_H is not None:                 # dz = -g_H p (z - (lse - H)), built in z's own memory
+                dz = z.sub_((lse_c - H[s:s + chunk])[:, None]).mul_(p).mul_(-g_H[s:s + chunk, None])
+                if g_logp is not None:
+                    dz.addcmul_(p, g_logp[s:s + chunk, None], value=-1)                 # - g_logp p
+            else:
+                del z
+                dz = p.mul_(-g_logp[s:s + chunk, None])
+            del p
+            if g_logp is not None:                                                      # + g_logp onehot
+                rows = torch.arange(len(t_c), device=dz.device)
+                dz[rows, t_c] += g_logp[s:s + chunk].to(dtype)
+            if T != 1.0:
+                dz.div_(T)                                                 # z = logits / T
+            dz = dz.to(h.dtype)
+            if need_h:
+                dh[s:s + chunk] = dz @ weight
+            if need_w:
+                dw.add_(dz.T @ h_c)
+            if need_b:
+                db.add_(dz.sum(0))
+            del dz
+        return (dh, dw.to(weight.dtype) if need_w else None, db.to(bias.dtype) if need_b else None,
+                None, None, None, None)
+
+
+def head_logp(h, head, targets, temperature=1.0, entropy=False, chunk_bytes=CHUNK_BYTES):
+    """logp of `targets` (N,) and optionally the entropy H (N,), given the hidden states h (N, d) that
+    predict them and the vocabulary head (an nn.Linear, maybe tied to the embeddings): the same
+    numbers as log_softmax(head(h).float() / T), in chunks of tokens sized so that the float32
+    (chunk, V) buffers take about chunk_bytes. Differentiable w.r.t. h and the head's parameters."""
+    V = head.weight.shape[0]
+    itemsize = torch.promote_types(h.dtype, torch.float32).itemsize
+    chunk = max(1, chunk_bytes // (V * itemsize * CHUNK_TEMPS))
+    return _ChunkedHead.apply(h, head.weight, head.bias, targets, float(temperature), entropy, chunk)
+
+
+POLICY_FORWARD = "fgrpo_policy_forward"     # the method register_policy_forward adds to FSDP2 roots
+
+
+def _policy_forward(model, batch, temperature, entropy, chunk_bytes):
+    """policy_logp's body. Under FSDP2 it runs as a registered forward method of the root module, which
+    unshards the root's own parameters (embeddings, final norm, head) around it."""
+    Tc, mask = batch["targets"].shape[1], batch["completion_mask"]
+    hidden = model.get_decoder()(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                                 position_ids=batch["position_ids"], use_cache=False).last_hidden_state
+    if "src" in batch:                                  # shared prompts: each sequence's columns
+        hidden = hidden[batch["row"][:, None], batch["src"]]                       # (S, Tc, d)
+    else:                                               # columns Lp-1 .. Lp+Tc-2, as completion_logits
+        hidden = hidden[:, -(Tc + 1):-1]                                           # (S, Tc, d)
+    # only the real completion tokens go through the head: padding costs nothing
+    logp, H = head_logp(hidden[mask], model.get_output_embeddings(), batch["targets"][mask],
+                        temperature, entropy, chunk_bytes)                         # (N,)
+    out_logp = logp.new_zeros(mask.shape).masked_scatter(mask, logp)               # (S, Tc)
+    out_H = None if H is None else H.new_zeros(mask.shape).masked_scatter(mask, H)
+    return out_logp, out_H
+
+
+def register_policy_forward(model):
+    """Let policy_logp run inside the FSDP2 root's forward. Call right after fully_shard(model).
+
+    fully_shard unshards a module's parameters only around its forward(); policy_logp calls the
+    decoder and the head itself, so it is registered as a second forward method
+    (torch.distributed.fsdp.register_fsdp_forward_method). A no-op on a model that is not sharded.
+    policy_logp calls it on first use too, so forgetting it costs nothing."""
+    from torch.distributed.fsdp import FSDPModule, register_fsdp_forward_method
+    if isinstance(model, FSDPModule) and POLICY_FORWARD not in model.__dict__:
+        model.__dict__[POLICY_FORWARD] = _policy_forward.__get__(model)     # a bound method
+        register_fsdp_forward_method(model, POLICY_FORWARD)
+    return model
+
+
+def policy_logp(model, batch, temperature=1.0, entropy=False, chunk_bytes=CHUNK_BYTES):
+    """The trainer's log-probs and entropy of the completion tokens, in bounded memory. batch from pack().
+
+    Returns (logp, H), each (S, Tc) float32 (float64 for a float64 model), 0 where completion_mask
+    is False; H (the entropy of softmax(logits / T), as advantage.entropy_from_logits) is None unless
+    entropy=True. The same values and gradients as token_logp(completion_logits(...)), but the
+    (S, Tc, V) logits never exist: the decoder's last hidden states at the predicting positions go
+    through the head in chunks of tokens (_ChunkedHead), ~chunk_bytes extra at any batch size.
+    Works on a plain model and on an FSDP2-sharded one (register_policy_forward).
+    """
+    from torch.distributed.fsdp import FSDPModule
+    if isinstance(model, FSDPModule):
+        return getattr(register_policy_forward(model), POLICY_FORWARD)(batch, temperature, entropy, chunk_bytes)
+    return _policy_forward(model, batch, temperature, entropy, chunk_bytes)
+
+
 @torch.no_grad()
 def completion_logp(model, prompts, completions, pad_token_id, temperature=1.0, batch_size=32,
-                        share_prompts=False):
+                    share_prompts=False):
     """Per-token log-probs of fixed completions under `model`, no gradient: a list of 1-D tensors.
 
     train.py's old log-probs (pi_old, before a step's first update) and evaluate.py's Delta NLL_rare.
+    Through policy_logp, so bounded in memory like the update.
     """
     device = next(model.parameters()).device
     result = []
     for s in range(0, len(prompts), batch_size):
         batch = pack(prompts[s:s + batch_size], completions[s:s + batch_size], pad_token_id, device,
                      share_prompts=share_prompts)
-        logp = token_logp(completion_logits(model, batch, temperature), batch).cpu()
+        logp = policy_logp(model, batch, temperature)[0].cpu()
         result += [logp[i, :len(c)] for i, c in enumerate(completions[s:s + batch_size])]
     return result
 
@@ -562,11 +794,15 @@ def completion_logp(model, prompts, completions, pad_token_id, temperature=1.0, 
 # -----------------------------------------------------------------------------
 # Weight sync: trainer (maybe FSDP2-sharded) -> engine (IMPLEMENTATION_NOTES §2)
 
-def iter_full_params(model):
+def iter_full_params(model, dtype=None):
     """(name, full tensor) for every entry of the state dict, one at a time, in the same order on
     every rank. A sharded (DTensor) entry is all-gathered: a collective, so ALL ranks must iterate.
+    With `dtype`, floating-point entries are cast BEFORE the gather (each rank casts its shard), so
+    an fp32 model syncing into a bf16 engine moves half the bytes.
     Wrapper prefixes (torch.compile's _orig_mod.) are stripped so names stay Hugging Face names."""
     for name, p in model.state_dict().items():
+        if dtype is not None and p.is_floating_point():
+            p = p.to(dtype)
         t = p.full_tensor() if hasattr(p, "full_tensor") else p
         yield name.replace("_orig_mod.", ""), t.detach()
 
@@ -589,25 +825,28 @@ def make_buckets(named_tensors, max_bytes):
 def sync_weights(model, engine, bucket_bytes=1 << 30):
     """Push the trainer's weights into the engine; returns the seconds it took.
 
-    Every rank gathers (full_tensor is a collective) and loads its own engine. The prefix cache is
-    reset afterwards: KV computed with the old weights must never be reused.
+    Every rank gathers (full_tensor is a collective) and loads its own engine. Tensors travel in
+    the engine's dtype (engine.dtype; none: as they are), cast before the gather, and buckets count
+    those bytes. The prefix cache is reset afterwards: KV computed with the old weights must never
+    be reused.
     """
     t0 = time.perf_counter()
-    for bucket in make_buckets(iter_full_params(model), bucket_bytes):
+    for bucket in make_buckets(iter_full_params(model, getattr(engine, "dtype", None)), bucket_bytes):
         engine.load_weights(bucket)
     engine.reset_prefix_cache()
     return time.perf_counter() - t0
 
 
 def make_engine(kind, model_path, *, pad_token_id, device="cpu", dtype=torch.float32,
-                max_batch_size=512, model=None, **vllm_kwargs):
+                max_batch_size=512, model=None, kv_cache_bytes=KV_CACHE_BYTES, **vllm_kwargs):
     """The engine train.py and evaluate.py ask for with --engine: "torch" (default) or "vllm".
 
-    The torch engine runs the `model` it is given (train.py's --model tiny has no directory); vLLM
-    loads `model_path`, a Hugging Face id or checkpoint directory, itself, in `dtype`.
+    The torch engine runs the `model` it is given (train.py's --model tiny has no directory), with
+    a KV cache of at most kv_cache_bytes; vLLM loads `model_path`, a Hugging Face id or checkpoint
+    directory, itself, in `dtype`, and sizes its own cache (kv_cache_bytes is not used there).
     """
     if kind == "torch":
-        return TorchEngine(model.to(device), pad_token_id, max_batch_size)
+        return TorchEngine(model.to(device), pad_token_id, max_batch_size, kv_cache_bytes)
     if kind == "vllm":
         if model_path == "tiny":
             raise ValueError("--engine vllm loads the model from a directory or hub id; --model tiny has none")

@@ -5,8 +5,9 @@ import pytest
 import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
-from rollout import (TorchEngine, completion_logits, completion_logp, make_buckets, mix_seed, pack,
-                     sample_from_uniform, sampling_logprobs, sync_weights, token_logp)
+from rollout import (KV_CACHE_BYTES, TorchEngine, completion_logits, completion_logp, kv_bytes_per_token,
+                     make_buckets, mix_seed, pack, sample_from_uniform, sampling_logprobs, sync_weights,
+                     token_logp)
 
 V, STOP = 16, 1
 
@@ -181,3 +182,61 @@ def test_shared_prompt_layout_gives_the_same_logprobs():
         b = token_logp(completion_logits(model, shared), shared)
     assert torch.equal(plain["completion_mask"], shared["completion_mask"])
     assert torch.allclose(a, b, atol=1e-5) and a.abs().sum() > 0
+
+
+def test_kv_budget_splits_batches_without_changing_samples():
+    """A KV budget that holds two prompts' worst case at a time: the engine runs several forward
+    batches, never holds more KV than the budget (prompt KV, per-row caches grown past 64 slots, and
+    the transient of a growth), and samples exactly the tokens an unlimited engine samples (their
+    log-probs equal up to float rounding: the batches' padding differs)."""
+    model = tiny_model()
+    assert kv_bytes_per_token(model.config, torch.float32) == 2 * 2 * 2 * 8 * 4    # layers, KV heads, head_dim
+    assert kv_bytes_per_token(model.config, torch.bfloat16) == 2 * 2 * 2 * 8 * 2
+    prompts, seeds, kw = PROMPTS * 2, [1, 2, 3, 4, 5, 6], dict(max_new_tokens=70, stop_token_ids=[STOP])
+    free = TorchEngine(model, 0)
+    assert free.kv_cache_bytes == KV_CACHE_BYTES and free.dtype == torch.float32
+    want = free.generate(prompts, 4, seeds, **kw)
+    budget = free.kv_worst_case(2, max(map(len, PROMPTS)), 4, 70)
+    tight = TorchEngine(model, 0, kv_cache_bytes=budget)
+    assert len(tight.plan_chunks(prompts, 4, 70)) >= 3
+    got = tight.generate(prompts, 4, seeds, **kw)
+    assert got.token_ids == want.token_ids
+    for a, b in zip(got.engine_logp, want.engine_logp):       # equal up to the batch shape's float rounding
+        assert torch.allclose(torch.tensor(a), torch.tensor(b), atol=1e-5)
+    assert got.prompt_index == want.prompt_index and got.finish_reason == want.finish_reason
+    assert max(len(t) for t in got.token_ids) > 64                          # the caches grew twice
+    assert 0.3 * budget < tight.peak_kv_bytes <= budget < free.peak_kv_bytes
+    with pytest.raises(ValueError, match="kv_cache_bytes=.*needs"):
+        TorchEngine(model, 0, kv_cache_bytes=free.kv_worst_case(1, 7, 4, 70) - 1).generate(prompts, 4, seeds, **kw)
+
+
+def test_bf16_engine_scores_in_fp32():
+    """A bf16 engine (attention scores q.k in float32, as the trainer's SDPA keeps them) reports
+    log-probs close to a float64 forward of the same bf16 weights."""
+    model = tiny_model()
+    engine = TorchEngine(tiny_model().to(torch.bfloat16), 0)
+    assert engine.dtype == torch.bfloat16
+    r = engine.generate(PROMPTS, n=3, seeds=[1, 2, 3], max_new_tokens=10, stop_token_ids=[STOP])
+    exact = model.double()
+    with torch.no_grad():
+        for p in exact.parameters():
+            p.copy_(p.to(torch.bfloat16))
+    want = completion_logp(exact, [PROMPTS[i] for i in r.prompt_index], r.token_ids, 0)
+    gap = max((torch.tensor(g, dtype=torch.float64) - w).abs().max().item() for g, w in zip(r.engine_logp, want))
+    assert gap < 0.1, gap
+
+
+def test_sync_casts_to_the_engine_dtype():
+    """fp32 trainer -> bf16 TorchEngine: the buckets carry bf16 tensors (cast before any gather: half
+    the bytes), counted in bf16 bytes, and the engine ends up with the rounded trainer weights."""
+    model = tiny_model()
+    engine = TorchEngine(tiny_model(seed=5).to(torch.bfloat16), 0)
+    buckets, load = [], engine.load_weights
+    engine.load_weights = lambda bucket: buckets.append(bucket) or load(bucket)
+    sync_weights(model, engine, bucket_bytes=4096)
+    assert {t.dtype for b in buckets for _, t in b} == {torch.bfloat16}
+    for b in buckets:
+        assert sum(t.numel() * 2 for _, t in b) <= 4096 or len(b) == 1
+    assert len(buckets) < len(list(make_buckets(model.state_dict().items(), 4096)))   # fp32 would need more
+    for n, p in model.state_dict().items():
+        assert torch.equal(engine.model.state_dict()[n], p.to(torch.bfloat16)), n
