@@ -1,0 +1,291 @@
+"""
+The memory plan of a training run, per rank, from the model's config.json alone: no weights, no GPU,
+no network, a few seconds.
+
+    python train.py --plan true --model ../shared/data/models/qwen2.5-7b --nproc 8
+    python train.py --plan true --model ../shared/data/models/qwen2.5-7b --grad_checkpointing false   # exit 2
+
+train.py prints format_plan(plan(cfg, world, gpu_memory_gb)) and, when it does not fit, verdict(plan)
+(one line naming the largest part and the flag that shrinks it) and exits 2. A real CUDA run checks
+the same plan with its own world size and device before it loads anything.
+
+What is modelled (train.py build/shard/update_minibatch/rl_step, rollout.py's engines and policy_logp):
+  FSDP2 over `world` ranks. CUDA: fp32 master weights, fp32 gradients and AdamW's two fp32 moments, all
+  sharded (4 + 4 + 8 = 16 bytes/param / world); bf16 compute. Each decoder layer is an FSDP unit,
+  the root holds embeddings + final norm + lm_head; in forward/backward the root is unsharded for
+  the whole pass plus ~2 blocks at a time (current + prefetch), with their unsharded gradients before
+  the reduce-scatter. CPU: everything fp32, no mixed precision.
+  Activations of the largest micro-batch, per token per decoder layer (layer_bytes_per_token; each
+  term is a tensor autograd saves, checked by counting them in tests/test_memory.py):
+      2 RMSNorms     2 (4h + 2 d h + 4)       fp32 copy of the input, its normalised cast, the output
+      attention      d (2 H hd + 2 KV hd) + 4 H        q, k, v, SDPA output (o_proj reads it in place),
+                                                       fp32 logsumexp; k, v at H heads with a CUDA mask
+      Qwen3 q/k norm (4 + d)(H + KV) hd + 4 (H + KV)
+      SwiGLU MLP     4 d I                    gate, up, silu(gate), their product
+      padding mask   d T                      the float mask SDPA makes of a bool mask, per layer
+  With checkpointing a layer keeps only its input (d h per token) and one layer's full set exists
+  at a time during backward. On top: the final norm ((4 + d) h) and backward's gradients through
+  one layer (3 d I + 2 d h), per token. The head is rollout.policy_logp: ~CHUNK_BYTES of (chunk, V) fp32
+  temporaries, the (V, h) fp32 dW accumulator and one (V, h) product, and the hidden states at the
+  completion positions with their gradient.
+  Rollout engine: vLLM takes gpu_memory_utilization x the device while sampling and sleeps (level 1)
+  during the update: ~0 on the device, its bf16 weights in host RAM. TorchEngine holds an unsharded
+  bf16 copy of the weights always, plus its KV budget and sampling buffers while it samples.
+Not modelled: allocator fragmentation (keep a few GiB of margin; `fits` needs the peak <= the device)
+and the optimizer step's temporaries beyond one fp32 shard-sized buffer, which come after the
+activations are freed. The vLLM CUDA terms (repeat_kv, mask bias) are read from the code, measured
+only on the CPU.
+"""
+import functools
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from transformers import AutoConfig, AutoModelForCausalLM
+
+import rollout
+
+GiB = 1 << 30
+CHUNK_BYTES = getattr(rollout, "CHUNK_BYTES", 1 << 30)   # policy_logp's (chunk, V) fp32 temporaries
+ENGINE_MAX_BATCH = 512          # TorchEngine's max_batch_size (rows sampled per forward)
+CUDA_RUNTIME_GIB = 1.5          # CUDA context, NCCL buffers, cuBLAS workspace: an estimate, per rank
+MATH_PROMPTS = 39_202           # DeepScaleR: the math run exports once per epoch of these
+
+
+# -----------------------------------------------------------------------------
+# The model: parameter counts from a meta-device build, and the shapes the activations depend on
+
+@functools.lru_cache(maxsize=None)
+def model_info(folder):
+    """Parameter counts and shapes of the model in `folder` (a config.json is all it reads)."""
+    return config_info(AutoConfig.from_pretrained(folder))
+
+
+def config_info(config):
+    """Parameter counts and shapes of a transformers config's causal LM.
+
+    Built on the meta device, so the counts are exact (biases, tied embeddings counted once) and
+    nothing is allocated. root = what is not in a decoder layer: embeddings, final norm, head."""
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config)
+    blocks = set(getattr(model, "_no_split_modules", None) or ())      # e.g. {"Qwen2DecoderLayer"}
+    layers = [m for m in model.modules() if type(m).__name__ in blocks]
+    total = sum(p.numel() for p in model.parameters())                 # parameters() dedups tied ones
+    block = sum(p.numel() for p in layers[0].parameters()) if layers else 0
+    text = config.get_text_config()
+    H = text.num_attention_heads
+    return dict(config=text, total=total, block=block, layers=len(layers), root=total - block * len(layers),
+                tied=model.get_output_embeddings().weight is model.get_input_embeddings().weight,
+                qk_norm=bool(layers) and hasattr(getattr(layers[0], "self_attn", None), "q_norm"),
+                h=text.hidden_size, I=text.intermediate_size, H=H,
+                KV=getattr(text, "num_key_value_heads", None) or H,
+                hd=getattr(text, "head_dim", None) or text.hidden_size // H, V=text.vocab_size)
+
+
+def layer_bytes_per_token(config, dtype_bytes, mask_len=0, repeat_kv=False):
+    """Bytes autograd saves per token for one Llama/Qwen2/Qwen3 decoder layer of transformers.
+
+    config: a transformers config; dtype_bytes d: 2 (bf16) or 4 (fp32) compute. mask_len: the row
+    length T when a padding mask is passed (SDPA then saves a (T, T) float mask per row and layer);
+    repeat_kv: k and v saved at all H heads (transformers' CUDA SDPA path when there is a mask)."""
+    d, h, I = dtype_bytes, config.hidden_size, config.intermediate_size
+    H = config.num_attention_heads
+    KV = getattr(config, "num_key_value_heads", None) or H
+    hd = getattr(config, "head_dim", None) or h // H
+    norms = 2 * (4 * h + 2 * d * h + 4)       # x.float(), x * rsqrt (cast), weight * x; rsqrt (fp32)
+    kv_heads = H if repeat_kv else KV
+    attention = d * (2 * H * hd + 2 * kv_heads * hd) + 4 * H      # q, out, k, v; logsumexp
+    qk_norm = (4 + d) * (H + KV) * hd + 4 * (H + KV) if config.model_type == "qwen3" else 0
+    mlp = 4 * d * I                           # gate, up, silu(gate), silu(gate) * up
+    return norms + attention + qk_norm + mlp + d * mask_len
+
+
+def activation_bytes_per_token(config, dtype_bytes, checkpointing, layers=None, mask_len=0, repeat_kv=False):
+    """Peak bytes per token of the decoder's activations (between the embedding and the final norm).
+
+    Without checkpointing, every layer's saved tensors; with it, each layer's input (d h) plus one
+    layer's full set, recomputed in backward. Plus the rotary cos and sin (2 hd d), shared by all."""
+    layers = config.num_hidden_layers if layers is None else layers
+    full = layer_bytes_per_token(config, dtype_bytes, mask_len, repeat_kv)
+    hd = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    rotary = 2 * hd * dtype_bytes
+    if checkpointing:
+        return layers * dtype_bytes * config.hidden_size + full + rotary
+    return layers * full + rotary
+
+
+# -----------------------------------------------------------------------------
+# The run: what one rank holds in each phase
+
+@dataclass
+class Row:
+    name: str
+    rollout: float           # GiB per rank while the engine samples
+    update: float            # ... during forward/backward of the largest micro-batch
+    sync: float              # ... during the weight sync (vLLM awake again, weights only)
+    note: str
+    flag: str                # the flag that shrinks it ("" = none)
+
+
+@dataclass
+class Plan:
+    model: str
+    world: int
+    device: str
+    engine: str
+    rows: list
+    phases: dict             # phase -> GiB per rank
+    peak: float              # GiB per rank, the largest phase
+    peak_phase: str
+    device_gib: float
+    fits: bool
+    largest: Row             # the largest part of the peak phase
+    micro_batch: dict        # rows, row_len, tokens, completion_tokens, checkpointing
+    params: dict             # total, root, block, layers, tied
+    host_gib: float          # host RAM per rank the engine needs (vLLM asleep: its bf16 weights)
+    disk: dict = field(default_factory=dict)    # GiB, whole run: checkpoint, checkpoints, export, exports
+
+
+def micro_batch_shape(cfg):
+    """(rows, row length, sequences per row) of the largest micro-batch: train.micro_batches packs whole
+    rows while they hold <= micro_batch_size sequences and <= micro_batch_tokens padded tokens; a row
+    over the token budget goes alone. With share_prompts a row is a group: one prompt, N completions."""
+    per_row = cfg.group_size if cfg.share_prompts else 1
+    row_len = cfg.max_prompt_len + per_row * cfg.max_response_len
+    rows = max(1, cfg.micro_batch_size // per_row)
+    if cfg.micro_batch_tokens:
+        rows = max(1, min(rows, cfg.micro_batch_tokens // row_len))
+    return rows, row_len, per_row
+
+
+def checkpointing_on(cfg, device):
+    """--grad_checkpointing auto: on for CUDA, where activations decide what fits; off on the CPU."""
+    return cfg.grad_checkpointing == "true" or (cfg.grad_checkpointing == "auto" and device == "cuda")
+
+
+def engine_kind(cfg, device):
+    """--engine auto: vLLM on CUDA (the engine the paper's class of trainers samples with), ours on the CPU."""
+    return cfg.engine if cfg.engine != "auto" else ("vllm" if device == "cuda" else "torch")
+
+
+def plan(cfg, world, gpu_memory_gb=80.0, config=None):
+    """The memory plan of `cfg` (a train.Config or anything with its fields) on `world` ranks of
+    gpu_memory_gb GiB each (torch.cuda.get_device_properties(0).total_memory / 2**30). The model is
+    cfg.model's config.json, or `config` (a transformers config) when given."""
+    m = config_info(config) if config is not None else \
+        model_info(str(Path(cfg.model).resolve()) if Path(cfg.model).is_dir() else cfg.model)
+    config, P, W = m["config"], m["total"], world
+    device = "cpu" if cfg.device == "cpu" else "cuda"
+    engine = engine_kind(cfg, device)
+    d = 2 if device == "cuda" else 4                       # compute dtype bytes
+    mixed = device == "cuda"
+    ckpt = checkpointing_on(cfg, device)
+    rows_, row_len, per_row = micro_batch_shape(cfg)
+    tokens, completion = rows_ * row_len, rows_ * per_row * cfg.max_response_len
+    masked = rows_ > 1 or cfg.share_prompts                # one unpadded row: causal, no mask
+    units = m["root"] + 2 * m["block"]                     # unsharded at once: root + current + prefetch
+    g = lambda b: b / GiB                                  # noqa: E731
+    R = []
+
+    def row(name, rollout_b, update_b, sync_b, note, flag=""):
+        R.append(Row(name, g(rollout_b), g(update_b), g(sync_b), note, flag))
+
+    row("weights (fp32, sharded)", 4 * P / W, 4 * P / W, 4 * P / W, f"{P / 1e9:.2f}B params / {W} ranks", "--nproc")
+    row("AdamW moments (2 x fp32, sharded)", 8 * P / W, 8 * P / W, 8 * P / W, "exp_avg, exp_avg_sq", "--nproc")
+    row("gradients (fp32, sharded)", 0, 4 * P / W, 0, "set_to_none after each step", "--nproc")
+    row("unsharded units (params + grads)", 0, d * units + (d * m["root"] + (d + 4 * mixed) * m["block"]), 0,
+        f"root {m['root'] / 1e6:.0f}M ({'tied' if m['tied'] else 'untied'}) + 2 blocks of "
+        f"{m['block'] / 1e6:.0f}M in {'bf16' if mixed else 'fp32'}; root + 1 block of grads")
+    per_tok = activation_bytes_per_token(config, d, ckpt, mask_len=row_len if masked else 0,
+                                         repeat_kv=masked and mixed)
+    final_norm = (4 + d) * m["h"]                           # its fp32 copy and cast, all positions
+    mask = rows_ * row_len ** 2 if masked else 0            # the bool (rows, 1, T, T) mask, once
+    # backward through one layer: the gradients of its MLP intermediates and of the hidden state
+    backward = 3 * d * m["I"] + 2 * d * m["h"]
+    row("activations", 0, tokens * (per_tok + final_norm + backward) + mask, 0,
+        f"{rows_} x {row_len} tokens, {(per_tok + final_norm + backward) / 2**20:.2f} MiB/token, checkpointing "
+        f"{'on' if ckpt else 'off'}", "--micro_batch_tokens" if ckpt else "--grad_checkpointing true")
+    V, h = m["V"], m["h"]
+    chunk = min(CHUNK_BYTES, completion * V * 4 * 2)        # z and p, (chunk, V) fp32
+    head = chunk + V * h * (4 + d) + 2 * completion * h * d
+    row("log-prob head (policy_logp)", 0, head, 0,
+        f"{g(chunk):.2f} GiB chunks + (V, h) dW {'fp32 + bf16' if mixed else 'fp32 x 2'} + "
+        f"{completion} completion hidden states and grads", "--micro_batch_tokens")
+    if cfg.kl_coef > 0:
+        row("reference model", 4 * P / W, 4 * P / W + d * units, 4 * P / W,
+            "sharded fp32 copy, its units unsharded in its forward", "--kl_coef 0")
+
+    rank_rows = cfg.prompts_per_step // W * cfg.group_size  # rows one rank samples per step
+    if engine == "vllm":
+        share = cfg.gpu_memory_utilization * gpu_memory_gb * GiB if mixed else 0
+        row("rollout engine (vLLM)", share, 0, 2 * P, f"{cfg.gpu_memory_utilization:.2f} of the device sampling; "
+            "asleep in the update; bf16 weights in the sync", "--gpu_memory_utilization")
+        host = 2 * P if mixed else 0
+    else:
+        weights = 2 * P if mixed else 4 * P
+        b = min(ENGINE_MAX_BATCH, rank_rows)                # rows per engine forward
+        prompts = max(1, b // cfg.group_size)
+        kv_tok = rollout.kv_bytes_per_token(config, torch.bfloat16 if mixed else torch.float32)
+        kv = min(cfg.kv_cache_gb * GiB, kv_tok * (prompts * cfg.max_prompt_len + b * cfg.max_response_len))
+        sampling = b * V * (4 + 8)                          # fp32 logprobs + float64 cdf
+        prefill = prompts * cfg.max_prompt_len * (3 * m["I"] + 4 * h) * d   # one layer's MLP, transient
+        row("rollout engine (TorchEngine)", weights + kv + max(sampling, prefill), weights, weights,
+            f"unsharded {'bf16' if mixed else 'fp32'} weights always; KV {g(kv):.1f} GiB, sampling/prefill "
+            "while it samples", "--kv_cache_gb")
+        host = 0
+    # the sync gathers full tensors in the engine's dtype, in ~1 GiB buckets; a larger one travels alone
+    row("weight-sync bucket", 0, 0, max(GiB, d * V * h), f"full {'bf16' if mixed else 'fp32'} tensors, one bucket")
+    if mixed:
+        row("CUDA runtime", CUDA_RUNTIME_GIB * GiB, CUDA_RUNTIME_GIB * GiB, CUDA_RUNTIME_GIB * GiB,
+            "context, NCCL, cuBLAS (estimate)")
+
+    phases = {p: sum(getattr(r, p) for r in R) for p in ("rollout", "update", "sync")}
+    peak_phase = max(phases, key=phases.get)
+    peak = phases[peak_phase]
+    largest = max(R, key=lambda r: getattr(r, peak_phase))
+
+    n_exports = 0
+    if getattr(cfg, "task", "math") == "math":
+        n_exports += math.ceil(cfg.steps * cfg.prompts_per_step / MATH_PROMPTS)
+    if getattr(cfg, "export_every", 0):
+        n_exports += cfg.steps // cfg.export_every
+    disk = dict(checkpoint=g(12 * P), checkpoints=g(12 * P) * (cfg.keep_checkpoints + 1),
+                export=g(4 * P), exports=n_exports, exports_total=g(4 * P) * n_exports)
+    return Plan(str(cfg.model), W, device, engine, R, phases, peak, peak_phase, float(gpu_memory_gb),
+                peak <= gpu_memory_gb, largest,
+                dict(rows=rows_, row_len=row_len, tokens=tokens, completion_tokens=completion, checkpointing=ckpt),
+                {k: m[k] for k in ("total", "root", "block", "layers", "tied")}, g(host), disk)
+
+
+def format_plan(p):
+    """The plan as a table; the last line reads `per rank: X GiB of Y GiB`."""
+    mb = p.micro_batch
+    lines = [f"memory plan: {p.model} | {p.world} ranks | {p.device} | engine {p.engine} | "
+             f"micro-batch {mb['rows']} x {mb['row_len']} tokens | checkpointing {'on' if mb['checkpointing'] else 'off'}",
+             f"{'part (GiB per rank)':36s} {'rollout':>8s} {'update':>8s} {'sync':>8s}  note [flag]"]
+    for r in p.rows:
+        lines.append(f"{r.name:36s} {r.rollout:8.2f} {r.update:8.2f} {r.sync:8.2f}  {r.note}"
+                     + (f" [{r.flag}]" if r.flag else ""))
+    lines.append(f"{'total':36s} " + " ".join(f"{p.phases[k]:8.2f}" for k in ("rollout", "update", "sync"))
+                 + f"  peak: {p.peak_phase}")
+    if p.host_gib:
+        lines.append(f"host RAM: {p.host_gib:.1f} GiB per rank for the sleeping vLLM's weights "
+                     f"({p.host_gib * p.world:.0f} GiB for {p.world} ranks)")
+    dk = p.disk
+    lines.append(f"disk: checkpoint {dk['checkpoint']:.1f} GiB (12 B/param), up to {dk['checkpoints']:.1f} GiB "
+                 f"kept while the newest is written; exports {dk['exports']} x {dk['export']:.1f} GiB = "
+                 f"{dk['exports_total']:.1f} GiB")
+    lines.append(f"{'fits' if p.fits else 'DOES NOT FIT'}: largest part {p.largest.name} "
+                 f"{getattr(p.largest, p.peak_phase):.1f} GiB ({p.peak_phase})")
+    lines.append(f"per rank: {p.peak:.1f} GiB of {p.device_gib:.1f} GiB")
+    return "\n".join(lines)
+
+
+def verdict(p):
+    """None when the plan fits, else one line: what overflows, its largest part, the flag to change."""
+    if p.fits:
+        return None
+    r = p.largest
+    return (f"memory plan: {p.peak:.1f} GiB per rank in the {p.peak_phase} phase > {p.device_gib:.1f} GiB; "
+            f"largest part {r.name} ({getattr(r, p.peak_phase):.1f} GiB): shrink it with {r.flag or '--nproc'}")

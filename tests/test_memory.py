@@ -1,0 +1,216 @@
+"""memory.py: parameter counts from a meta build, the paper's runs fit on 8 x 80 GB and bad settings
+do not, and the plan's formulas against measurements: bytes autograd saves in real full-width
+decoder layers, and the peak RSS of one real forward + backward + AdamW step in a child process."""
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+import memory
+from conftest import ROOT
+
+MODELS = "models"
+
+
+def config(data, name, **kw):
+    """A stand-in for train.Config with the fields memory.plan reads; defaults are Table 5's."""
+    base = dict(model=str(data / MODELS / name), device="auto", engine="auto", group_size=8, prompts_per_step=256,
+                mini_batch_prompts=64, micro_batch_size=8, micro_batch_tokens=16384, max_prompt_len=1024,
+                max_response_len=8192, share_prompts=False, grad_checkpointing="auto", kv_cache_gb=16.0,
+                gpu_memory_utilization=0.5, kl_coef=0.0, keep_checkpoints=2, steps=1530)
+    base.update(kw)
+    return SimpleNamespace(**base)
+
+
+# -----------------------------------------------------------------------------
+# (a) parameter counts
+
+@pytest.mark.parametrize("name, billions, tied", [("qwen2.5-7b", 7.62, False), ("qwen2.5-1.5b", 1.54, True),
+                                                   ("qwen3-4b-base", 4.02, True),
+                                                   ("llama-3.2-3b-instruct", 3.21, True)])
+def test_param_counts_from_meta_build(data, name, billions, tied):
+    m = memory.model_info(str(data / MODELS / name))
+    assert m["total"] / 1e9 == pytest.approx(billions, abs=0.01)
+    assert m["tied"] is tied
+    assert m["root"] + m["layers"] * m["block"] == m["total"]
+    # the root is the embeddings (+ an untied head) + the final norm
+    assert m["root"] == m["V"] * m["h"] * (1 if tied else 2) + m["h"]
+
+
+# -----------------------------------------------------------------------------
+# (b) what fits on 8 x 80 GB
+
+PAPER_RUNS = [("qwen2.5-7b", 8192), ("qwen3-4b-base", 4096), ("llama-3.2-3b-instruct", 8192)]
+
+
+@pytest.mark.parametrize("name, response", PAPER_RUNS)
+def test_paper_runs_fit(data, name, response):
+    p = memory.plan(config(data, name, max_response_len=response), 8, 80.0)
+    text = memory.format_plan(p)
+    assert p.fits and memory.verdict(p) is None, text
+    assert text.splitlines()[-1] == f"per rank: {p.peak:.1f} GiB of 80.0 GiB"
+    assert p.engine == "vllm" and p.micro_batch["checkpointing"]
+    assert p.peak == max(p.phases.values()) == pytest.approx(sum(getattr(r, p.peak_phase) for r in p.rows))
+
+
+def test_micro_batch_shape(data):
+    """The token budget decides the rows: 16384 // 9216 = 1 row at 8192, 16384 // 5120 = 3 at 4096;
+    a row over the budget still goes alone."""
+    assert memory.micro_batch_shape(config(data, "qwen2.5-7b")) == (1, 9216, 1)
+    assert memory.micro_batch_shape(config(data, "qwen2.5-7b", max_response_len=4096)) == (3, 5120, 1)
+    assert memory.micro_batch_shape(config(data, "qwen2.5-7b", micro_batch_tokens=1000)) == (1, 9216, 1)
+    assert memory.micro_batch_shape(config(data, "qwen2.5-7b", micro_batch_tokens=0)) == (8, 9216, 1)
+    assert memory.micro_batch_shape(config(data, "qwen2.5-7b", share_prompts=True, micro_batch_tokens=0)) \
+        == (1, 1024 + 8 * 8192, 8)
+
+
+@pytest.mark.parametrize("kw, part, flag", [
+    (dict(grad_checkpointing="false", micro_batch_tokens=0), "activations", "--grad_checkpointing true"),
+    (dict(engine="torch", kv_cache_gb=64.0), "rollout engine (TorchEngine)", "--kv_cache_gb"),
+])
+def test_bad_settings_do_not_fit(data, kw, part, flag):
+    p = memory.plan(config(data, "qwen2.5-7b", **kw), 8, 80.0)
+    assert not p.fits, memory.format_plan(p)
+    line = memory.verdict(p)
+    assert "\n" not in line and part in line and flag in line
+    assert memory.format_plan(p).splitlines()[-1] == f"per rank: {p.peak:.1f} GiB of 80.0 GiB"
+
+
+def test_plan_scales_with_world_and_reference(data):
+    """Sharded state divides by the world size; the reference model adds a sharded fp32 copy."""
+    p8, p4 = (memory.plan(config(data, "qwen2.5-7b"), w) for w in (8, 4))
+    row = {r.name: r for r in p8.rows}, {r.name: r for r in p4.rows}
+    assert row[1]["AdamW moments (2 x fp32, sharded)"].update == pytest.approx(
+        2 * row[0]["AdamW moments (2 x fp32, sharded)"].update)
+    kl = memory.plan(config(data, "qwen2.5-7b", kl_coef=0.001), 8)
+    assert kl.phases["rollout"] == pytest.approx(p8.phases["rollout"] + 4 * p8.params["total"] / 8 / 2**30)
+    assert p8.disk["checkpoint"] == pytest.approx(12 * p8.params["total"] / 2**30)
+    assert p8.disk["exports"] == 10                    # ~10 epochs of DeepScaleR, one export each
+
+
+# -----------------------------------------------------------------------------
+# (c) the activation formula against the bytes autograd saves in real full-width layers
+
+def saved_bytes_per_token(folder, layers, dtype, checkpointing, tokens=128, pad=False):
+    """Bytes autograd saves per token between the embedding and the final norm of a model built from
+    `folder`'s config with `layers` full-width layers and a 256-token vocabulary: every tensor the
+    saved-tensor hooks see, deduplicated by storage, parameters left out. With non-reentrant
+    checkpointing the hooks see each layer's saved inputs; the recomputation is not counted."""
+    import rollout
+    from transformers import AutoConfig, AutoModelForCausalLM
+    c = AutoConfig.from_pretrained(folder)
+    c.num_hidden_layers, c.vocab_size = layers, 256
+    torch.manual_seed(0)
+    model = rollout.use_attention(AutoModelForCausalLM.from_config(c, dtype=dtype)).train()
+    if checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    seen, recording = {}, [False]
+
+    def pack(t):
+        s = t.untyped_storage()
+        if recording[0] and s.data_ptr() not in params:
+            seen[s.data_ptr()] = s.nbytes()
+        return t
+
+    model.model.embed_tokens.register_forward_hook(lambda *a: recording.__setitem__(0, True))
+    model.model.norm.register_forward_pre_hook(lambda *a: recording.__setitem__(0, False))
+    kw = {}
+    if pad:                                              # a padding mask, as micro-batches of >1 row have
+        kw["attention_mask"] = torch.ones(1, tokens, dtype=torch.long)
+        kw["attention_mask"][0, :3] = 0
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        logits = model(input_ids=torch.randint(0, 256, (1, tokens)), use_cache=False, **kw).logits
+    logits.float().sum().backward()
+    return sum(seen.values()) / tokens, c
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name, dtype, pad", [("qwen2.5-7b", torch.bfloat16, False),
+                                              ("qwen2.5-7b", torch.float32, True),
+                                              ("qwen3-4b-base", torch.bfloat16, False),
+                                              ("llama-3.2-3b-instruct", torch.bfloat16, True)])
+def test_activation_formula_matches_saved_bytes(data, name, dtype, pad):
+    """One full-width layer, no checkpointing: the formula is exact on the CPU (SDPA's flash kernel
+    saves q, k, v, out and logsumexp, never T^2 scores; a padding mask adds its float copy)."""
+    tokens = 128
+    measured, c = saved_bytes_per_token(data / MODELS / name, 1, dtype, False, tokens, pad)
+    d = torch.empty(0, dtype=dtype).element_size()
+    planned = memory.activation_bytes_per_token(c, d, False, 1, mask_len=tokens if pad else 0)
+    assert planned == pytest.approx(measured, rel=0.25)
+    assert planned == pytest.approx(measured, rel=0.01)      # in fact exact up to the mask's few bytes
+
+
+@pytest.mark.slow
+def test_activation_formula_with_checkpointing(data):
+    """Two layers checkpointed keep their inputs (d h per token each); backward recomputes one layer
+    at a time, whose full set (measured without checkpointing) comes on top."""
+    folder = data / MODELS / "llama-3.2-3b-instruct"
+    kept, c = saved_bytes_per_token(folder, 2, torch.bfloat16, True)
+    one_layer, _ = saved_bytes_per_token(folder, 1, torch.bfloat16, False)
+    assert kept == pytest.approx(2 * 2 * c.hidden_size, rel=0.01)
+    planned = memory.activation_bytes_per_token(c, 2, True, 2)
+    assert planned == pytest.approx(kept + one_layer, rel=0.25)
+    # without checkpointing all of both layers: ~18x more per token
+    assert memory.activation_bytes_per_token(c, 2, False, 2) > 10 * 2 * 2 * c.hidden_size
+
+
+def test_paper_ballpark(data):
+    """Qwen2.5-7B in bf16 without checkpointing: ~6 MiB per token over its 28 layers."""
+    c = memory.model_info(str(data / MODELS / "qwen2.5-7b"))["config"]
+    assert 5.8 < memory.activation_bytes_per_token(c, 2, False) / 2**20 < 6.6
+
+
+# -----------------------------------------------------------------------------
+# (d) the plan against the peak RSS of one real step
+
+CHILD = textwrap.dedent("""
+    import json, resource, sys, torch
+    torch.set_num_threads(1)
+    sys.path.insert(0, {root!r})
+    import rollout
+    from transformers import AutoConfig, AutoModelForCausalLM
+    def rss():
+        return int(next(l for l in open("/proc/self/status") if l.startswith("VmRSS")).split()[1]) * 1024
+    config = AutoConfig.from_pretrained({folder!r})
+    base = rss()
+    torch.manual_seed(0)
+    model = rollout.use_attention(AutoModelForCausalLM.from_config(config, dtype=torch.float32)).train()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-6)
+    g = torch.Generator().manual_seed(0)
+    prompt = torch.randint(0, config.vocab_size, ({Lp},), generator=g).tolist()
+    completion = torch.randint(0, config.vocab_size, ({Lr},), generator=g).tolist()
+    batch = rollout.pack([prompt], [completion], 0)
+    logp, _ = rollout.policy_logp(model, batch, 1.0, entropy=True)
+    (-logp.sum() / {Lr}).backward()
+    opt.step()
+    print(json.dumps(dict(peak=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - base)))
+""")
+
+
+@pytest.mark.slow
+def test_plan_matches_peak_rss_of_one_step(data, tmp_path):
+    """Qwen2.5-1.5B's config with 2 layers at full width and its full 151,936-token vocabulary, fp32 on
+    the CPU, one row of 64 + 448 tokens through rollout.policy_logp (the trainer's chunked head),
+    backward and an AdamW step, in a child process: its peak RSS above the RSS after the imports
+    against the plan's params + grads + Adam + activations + head (a plain model: no FSDP units,
+    no engine). ~40 s and ~7 GiB."""
+    c = json.loads((data / MODELS / "qwen2.5-1.5b" / "config.json").read_text())
+    c["num_hidden_layers"] = 2
+    (tmp_path / "config.json").write_text(json.dumps(c))
+    Lp, Lr = 64, 448
+    cfg = config(data, "", model=str(tmp_path), device="cpu", engine="torch", micro_batch_size=1,
+                 micro_batch_tokens=0, max_prompt_len=Lp, max_response_len=Lr, grad_checkpointing="false")
+    p = memory.plan(cfg, 1, 24.0)
+    parts = ("weights", "AdamW", "gradients", "activations", "log-prob")
+    planned = sum(r.update for r in p.rows if r.name.startswith(parts))
+    out = subprocess.run([sys.executable, "-c", CHILD.format(root=str(ROOT), folder=str(tmp_path), Lp=Lp, Lr=Lr)],
+                         capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert out.returncode == 0, out.stderr[-2000:]
+    measured = json.loads(out.stdout.strip().splitlines()[-1])["peak"] / 2**30
+    assert planned == pytest.approx(measured, rel=0.25), (planned, measured)
