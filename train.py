@@ -42,6 +42,7 @@ import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass
+from datetime import timedelta
 from pathlib import Path
 
 import numpy as np
@@ -50,19 +51,21 @@ import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict,
                                                      get_state_dict, set_state_dict)
+from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 import transformers
 from transformers import AutoModelForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
 import maze
+import memory
 import reward
-from advantage import (CLIP_EPS, clip_bounds, ds_grpo_advantages, entropy_from_logits, focal_advantages,
+from advantage import (CLIP_EPS, clip_bounds, ds_grpo_advantages, focal_advantages,
                        group_advantages, kl_k3, ks_up_to, pass_at_k_table, policy_loss, token_mean)
 from common import (MARKER, atomic_dir, atomic_write_json, atomic_write_text, check, check_min,
                     check_out_dir, check_positive, check_pretrained, check_utf8, mark_out_dir, parse_config,
                     refuse, remove_temp, replace_dir)
-from rollout import (Rollouts, completion_logits, completion_logp, make_engine, mix_seed, pack,
-                     sync_weights, token_logp, use_attention)
+from rollout import (Rollouts, completion_logp, make_engine, mix_seed, pack, policy_logp, register_policy_forward,
+                     sync_weights, use_attention)
 
 
 @dataclass
@@ -73,7 +76,7 @@ class Config:
     tokenizer: str = ""               # default: the model's own; required with --model tiny
     data: str = "agentica-org/DeepScaleR-Preview-Dataset"   # math: a local jsonl, or DeepScaleR from the
                                       # hub (this id or "deepscaler", needs `datasets`); no other hub id
-    engine: str = "torch"             # rollout engine: "torch" | "vllm"
+    engine: str = "auto"              # rollout engine: "torch" | "vllm" | "auto" (vLLM on CUDA, torch on CPU)
     # algorithm (each paper row is a flag or two; README "Reproducing the paper")
     loss: str = "grpo"                # "grpo" (Eq. 14) | "dapo" (clip-higher) | "cispo" (Eqs. 15-16)
     gamma: float = 0.0                # focal exponent, Eq. 12; 0 = the base method
@@ -87,7 +90,10 @@ class Config:
     # batch and optimizer (Table 5)
     prompts_per_step: int = 256       # global, whatever the world size
     mini_batch_prompts: int = 64      # prompts per optimizer step: 256/64 = 4 updates per RL step
-    micro_batch_size: int = 8         # sequences per forward pass (memory knob; the math ignores it)
+    micro_batch_size: int = 8         # at most this many sequences per forward pass (memory knob; the
+                                      # math ignores it)
+    micro_batch_tokens: int = 16384   # and at most this many padded tokens (0 = no cap): whole rows,
+                                      # longest first; a row longer than the cap goes alone
     share_prompts: bool = False       # forward each group's prompt once (rollout.pack); maze: ~5x faster
     steps: int = 1530                 # ~10 epochs of 39,202 prompts
     lr: float = 1e-6
@@ -109,11 +115,15 @@ class Config:
     device: str = "auto"              # "auto" | "cpu" | "cuda" (torchrun: one GPU per rank)
     threads: int = 0                  # CPU threads per process, 0 = torch's default. Use 1 when other
                                       # jobs share the cores: OpenMP spin-waits make oversubscription 10x slower
-    grad_checkpointing: bool = False
+    grad_checkpointing: str = "auto"  # activation checkpointing per decoder layer: "true" | "false" |
+                                      # "auto" (on for CUDA, off on the CPU)
+    kv_cache_gb: float = 16.0         # TorchEngine: KV-cache budget per rank (it admits prompts to fit)
+    gpu_memory_utilization: float = 0.5   # vLLM on GPU: its share of the device while it samples
     seed: int = 0
     out_dir: str = "out/train"        # holds only what we write (TRAIN_OUTPUTS), or is refused
     resume: bool = False              # continue from the newest whole checkpoint in out_dir
     save_every: int = 100             # checkpoint every K steps (and at the end)
+    keep_checkpoints: int = 2         # keep the K newest whole checkpoints, delete older ckpt/step_* of ours
     export_every: int = 0             # also export a HF model, out_dir/step_NNNNNN, every K steps (0 = off);
                                       # math exports out_dir/epoch_E at every epoch's end regardless
     eval_every: int = 0               # maze: held-out pass@1 every K steps (0 = only at the end)
@@ -121,21 +131,30 @@ class Config:
     eval_samples: int = 4             # maze: samples per held-out maze; pass@k is logged for k = 1, 2, 4 .. this
     sample_every: int = 10            # print a decoded rollout every K steps
     wandb: bool = False
+    # memory plan (memory.py): print it for these flags and exit, 0 if it fits and 2 if not
+    plan: bool = False
+    nproc: int = 8                    # --plan: the world size (a real run checks its own before any work)
+    gpu_memory_gb: float = 80.0       # --plan: memory of one device (a real run reads its device's)
 
     def __post_init__(self):
         check(self.task in ("math", "maze"), f"--task {self.task!r}: expected math or maze")
         check(self.loss in CLIP_EPS, f"--loss {self.loss!r}: expected one of {sorted(CLIP_EPS)}")
-        check(self.engine in ("torch", "vllm"), f"--engine {self.engine!r}: expected torch or vllm")
+        check(self.engine in ("auto", "torch", "vllm"), f"--engine {self.engine!r}: expected auto, torch or vllm")
+        check(self.grad_checkpointing in ("auto", "true", "false"),
+              f"--grad_checkpointing {self.grad_checkpointing!r}: expected auto, true or false")
         check(self.device in ("auto", "cpu", "cuda"), f"--device {self.device!r}: expected auto, cpu or cuda")
         check(self.group_size >= 2, f"--group_size {self.group_size}: need >= 2 for a group baseline")
         check_min(self, 1, "prompts_per_step", "mini_batch_prompts", "micro_batch_size", "steps",
-                  "max_prompt_len", "max_response_len", "save_every", "eval_samples")
+                  "max_prompt_len", "max_response_len", "save_every", "eval_samples", "keep_checkpoints", "nproc")
         check_min(self, 0, "gamma", "kl_coef", "entropy_coef", "warmup_steps", "weight_decay", "top_k",
-                  "maze_size", "threads", "seed", "eval_every", "eval_mazes", "sample_every", "export_every")
+                  "maze_size", "threads", "seed", "eval_every", "eval_mazes", "sample_every", "export_every",
+                  "micro_batch_tokens")
         check(self.prompts_per_step % self.mini_batch_prompts == 0,
               f"--prompts_per_step {self.prompts_per_step} must be a multiple of "
               f"--mini_batch_prompts {self.mini_batch_prompts}")
-        check_positive(self, "lr", "grad_clip", "temperature")
+        check_positive(self, "lr", "grad_clip", "temperature", "kv_cache_gb", "gpu_memory_gb")
+        check(0 < self.gpu_memory_utilization < 1,
+              f"--gpu_memory_utilization {self.gpu_memory_utilization}: must be in (0, 1)")
         # The clip range [1 - eps_low, 1 + eps_high] must hold 1, and a ratio is never below 0.
         check(self.eps_low is None or 0 <= self.eps_low <= 1, f"--eps_low {self.eps_low}: must be in [0, 1]")
         check(self.eps_high is None or 0 <= self.eps_high < math.inf,
@@ -149,6 +168,10 @@ class Config:
         check(self.maze_reward in maze.RULES, f"--maze_reward {self.maze_reward!r}: expected one of {maze.RULES}")
         check(self.maze_size == 0 or (self.maze_size % 2 == 1 and maze.MIN_SIZE <= self.maze_size <= 17),
               f"--maze_size {self.maze_size}: expected 0 or an odd number in [{maze.MIN_SIZE}, 17]")
+        if self.plan:               # a plan needs the model's config.json and nothing else
+            check(Path(self.model, "config.json").is_file(), f"--model {self.model}: --plan needs a folder "
+                  "with a config.json (e.g. ../shared/data/models/qwen2.5-7b)")
+            return
         self.check_inputs()
         check_out_dir(self.out_dir, "--out_dir", known=TRAIN_OUTPUTS)
 
@@ -170,16 +193,28 @@ class Config:
 
 def check_packages(cfg):
     """Exit 2 in one line, before any work, when the run needs a package beyond requirements.txt that
-    is not installed; the line names the flag and the fix. Not part of Config.__post_init__: a Config
-    must build where these are missing (bench/gpu_check.py builds one on a GPU image without them)."""
+    is not installed (or a GPU this torch cannot see); the line names the flag and the fix. Not part of
+    Config.__post_init__: a Config must build where these are missing (bench/gpu_check.py builds one on
+    a GPU image without them)."""
+    if cfg.device == "cuda" and not torch.cuda.is_available():
+        refuse(f"--device cuda: this torch ({torch.__version__}) sees no CUDA device; use --device cpu")
+    engine = memory.engine_kind(cfg, device_type(cfg))
+    vllm_fix = ("needs vLLM: pip install -r requirements-gpu.txt" if cfg.engine == "vllm" else
+                "uses vLLM on CUDA, which is not installed: pip install -r requirements-gpu.txt, or pass "
+                "--engine torch")
     needs = [("datasets", cfg.task == "math" and reward.is_hub_data(cfg.data), f"--data {cfg.data}",
               reward.DATASETS_MISSING),
-             ("vllm", cfg.engine == "vllm", "--engine vllm", "needs vLLM: pip install -r requirements-gpu.txt"),
+             ("vllm", engine == "vllm", f"--engine {cfg.engine}", vllm_fix),
              ("wandb", cfg.wandb, "--wandb true", "needs wandb (optional, not in any requirements file): "
               "pip install wandb")]
     for package, needed, flag, fix in needs:
         if needed and importlib.util.find_spec(package) is None:
             refuse(f"{flag}: {fix}")
+
+
+def device_type(cfg):
+    """"cuda" or "cpu": what --device auto means on this machine."""
+    return cfg.device if cfg.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
 
 
 # What train.py writes in --out_dir; a folder holding anything else is refused (common.check_out_dir).
@@ -190,7 +225,9 @@ TRAIN_OUTPUTS = ("run.json", "metrics.jsonl", "ckpt", "final", "wandb", "epoch_[
 # difference from the checkpoint's config (gamma, lr, loss, model, data, seed, batch, ...) is refused.
 RESUME_MAY_CHANGE = ("steps", "save_every", "eval_every", "eval_mazes", "eval_samples", "sample_every",
                      "wandb", "out_dir", "resume", "threads", "device", "engine", "micro_batch_size",
-                     "share_prompts", "grad_checkpointing", "export_every")
+                     "micro_batch_tokens", "share_prompts", "grad_checkpointing", "export_every",
+                     "keep_checkpoints", "kv_cache_gb", "gpu_memory_utilization", "plan", "nproc",
+                     "gpu_memory_gb")
 
 
 # -----------------------------------------------------------------------------
@@ -209,7 +246,21 @@ def init_dist(device):
         torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
         device = f"cuda:{os.environ['LOCAL_RANK']}"
     dist.init_process_group("nccl" if device.startswith("cuda") else "gloo")
+    global IO_GROUP
+    IO_GROUP = dist.new_group(backend="gloo", timeout=IO_TIMEOUT)
     return dist.get_rank(), dist.get_world_size(), torch.device(device)
+
+
+# While rank 0 writes an export or deletes old checkpoints (tens of GB for a 7B), the other ranks wait
+# in a barrier of their own gloo group with a long timeout, never in the default group's (NCCL: 10 min).
+# Checkpoints are saved and loaded over it too: every rank writes its shards, and the slowest disk sets
+# the pace.
+IO_TIMEOUT = timedelta(hours=2)
+IO_GROUP = None
+
+
+def io_barrier():
+    dist.barrier(group=IO_GROUP)
 
 
 def print0(*args):
@@ -255,15 +306,18 @@ def shard(model, device):
     """FSDP2: each transformer block is its own unit, then the root (embeddings, norm, head).
     The blocks are the modules whose class the model names in _no_split_modules, which every HF
     causal LM sets (a model that names none is one unit).
+    The model arrives on the CPU: fully_shard moves one unit at a time to the device and keeps only
+    this rank's shard there, so the whole fp32 model never sits on one GPU (28 GiB for a 7B).
     On GPU: bf16 compute, fp32 master weights and fp32 gradient reductions. On CPU: all fp32."""
     mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) \
         if device.type == "cuda" else MixedPrecisionPolicy()
-    model.to(device)
+    mesh = init_device_mesh(device.type, (dist.get_world_size(),))
     blocks = set(getattr(model, "_no_split_modules", None) or ())     # e.g. {"Qwen2DecoderLayer"}
     for module in model.modules():
         if module is not model and type(module).__name__ in blocks:
-            fully_shard(module, mp_policy=mp)
-    fully_shard(model, mp_policy=mp)
+            fully_shard(module, mesh=mesh, mp_policy=mp)
+    fully_shard(model, mesh=mesh, mp_policy=mp)
+    register_policy_forward(model)     # rollout.policy_logp's head runs where the root's weights are whole
     return model
 
 
@@ -314,35 +368,36 @@ def update_minibatch(model, ref_model, prompts, completions, A, old_logp, *, on_
     and the ratio is exactly 1. Returns (metrics summed over ranks, logp of each completion before
     this update, as 1-D CPU tensors).
     The loss of every micro-batch is divided by the GLOBAL token count of the mini-batch, so the
-    accumulated gradient is the exact token mean (PAPER §3.3, IMPLEMENTATION_NOTES §1.5). FSDP
-    averages gradients over ranks; multiplying by world undoes that, leaving the global sum / n_tok.
+    accumulated gradient is the exact token mean (PAPER §3.3, IMPLEMENTATION_NOTES §1.5), however the
+    micro-batches are cut (micro_batches). FSDP averages gradients over ranks; multiplying by world
+    undoes that, leaving the global sum / n_tok.
     """
     assert on_policy == (old_logp is None), "on-policy updates reuse the first forward; others need old_logp"
     n_tok = all_sum(sum(len(c) for c in completions)).to(device=device, dtype=torch.float32)
     sums, first_logp = {}, [None] * len(completions)
-    order = longest_first(prompts, completions, cfg.group_size if cfg.share_prompts else 1)
-    for s in range(0, len(order), cfg.micro_batch_size):
-        mb = order[s:s + cfg.micro_batch_size]                                       # sequence indices
+    for mb in micro_batches(cfg, prompts, completions):
+        live = bool(mb)                     # an empty one only joins the collectives: weight 0, not logged
+        mb = mb or [0]
         batch = pack([prompts[i] for i in mb], [completions[i] for i in mb], pad_id, device,
                      share_prompts=cfg.share_prompts)
         mask = batch["completion_mask"]                                              # (b, Tc)
-        logits = completion_logits(model, batch, cfg.temperature)                    # (b, Tc, V)
-        logp = token_logp(logits, batch)                                             # (b, Tc)
+        logp, H_tok = policy_logp(model, batch, cfg.temperature, entropy=True)       # (b, Tc) each
         old = logp.detach() if on_policy else padded([old_logp[i] for i in mb], logp)  # (b, Tc)
         loss, diag = policy_loss(logp, old, A[mb].to(device), mask, cfg.loss, cfg.eps_low, cfg.eps_high,
                                  cfg.dual_clip, num_tokens=n_tok)                    # Eqs. 14-16
-        with torch.set_grad_enabled(cfg.entropy_coef > 0):
-            H = token_mean(entropy_from_logits(logits), mask, n_tok)
+        H = token_mean(H_tok if cfg.entropy_coef > 0 else H_tok.detach(), mask, n_tok)
         diag["entropy"], diag["loss/pg"] = H.detach(), loss.detach()
         if cfg.entropy_coef > 0:                                                     # GRPO-H
             loss = loss - cfg.entropy_coef * H
         if ref_model is not None:                                                    # GRPO-KL
             with torch.no_grad():
-                ref_logp = token_logp(completion_logits(ref_model, batch, cfg.temperature), batch)
+                ref_logp, _ = policy_logp(ref_model, batch, cfg.temperature)
             kl = token_mean(kl_k3(logp, ref_logp), mask, n_tok)
             loss = loss + cfg.kl_coef * kl
             diag["kl/k3"] = kl.detach()
-        (loss * world).backward()
+        (loss * (world if live else 0.0)).backward()
+        if not live:
+            continue
         for i, lp in zip(mb, logp.detach().cpu()):
             first_logp[i] = lp[:len(completions[i])]
         for k, v in diag.items():
@@ -353,15 +408,52 @@ def update_minibatch(model, ref_model, prompts, completions, A, old_logp, *, on_
     return out, first_logp
 
 
-def longest_first(prompts, completions, group):
-    """Sequence indices for the micro-batches: blocks of `group` consecutive sequences (a group that
-    shares one packed row) stay together, longest blocks first. Every micro-batch is padded to its
-    longest row, so neighbours of like length waste little (the maze's 32 groups of 8 in micro-batches
-    of 64: 23% of the tokens were padding in input order, 9% sorted). Only the order of the gradient
-    sum changes."""
-    blocks = [range(s, min(s + group, len(completions))) for s in range(0, len(completions), group)]
-    blocks.sort(key=lambda b: -(len(prompts[b[0]]) + sum(len(completions[i]) for i in b)))
-    return [i for b in blocks for i in b]
+@torch.no_grad()
+def old_log_probs(model, prompts, completions, cfg, pad_id, device):
+    """pi_old's log-probs of each completion (1-D CPU tensors), in the update's micro-batches."""
+    out = [None] * len(completions)
+    for mb in micro_batches(cfg, prompts, completions):
+        batch = pack([prompts[i] for i in mb or [0]], [completions[i] for i in mb or [0]], pad_id, device,
+                     share_prompts=cfg.share_prompts)
+        logp, _ = policy_logp(model, batch, cfg.temperature)
+        for i, lp in zip(mb, logp.cpu()):
+            out[i] = lp[:len(completions[i])]
+    return out
+
+
+def micro_batches(cfg, prompts, completions):
+    """The forward passes of one mini-batch on this rank: lists of sequence indices, longest first.
+
+    A block is one packed row: one sequence, or with --share_prompts a group of N sharing its prompt
+    (rollout.pack), never split. Blocks join a micro-batch while it holds at most --micro_batch_size
+    sequences and at most --micro_batch_tokens padded tokens (rows x the longest row: what the forward
+    computes); a block over a cap goes alone. Longest first, so neighbours of like length waste little
+    padding (the maze's 32 groups of 8 in micro-batches of 64: 23% padding in input order, 9% sorted).
+    Only the order of the gradient sum depends on the cut: every micro-batch divides by the global
+    token count (update_minibatch).
+    FSDP runs collectives in every forward and backward, so every rank must make as many passes: a rank
+    with fewer micro-batches gets empty ones ([]) at the end, which update_minibatch runs on one row
+    with weight 0."""
+    group = cfg.group_size if cfg.share_prompts else 1
+    blocks = [list(range(s, min(s + group, len(completions)))) for s in range(0, len(completions), group)]
+
+    def shape(block):         # (prompt columns, completion columns) of its row in pack's layout
+        if cfg.share_prompts:
+            return 0, len(prompts[block[0]]) + sum(len(completions[i]) for i in block)
+        return len(prompts[block[0]]), len(completions[block[0]])
+
+    blocks.sort(key=lambda b: -sum(shape(b)))
+    out, cur, rows, lp, lc = [], [], 0, 0, 0      # the micro-batch being filled: its sequences, rows, widths
+    for b in blocks:
+        p, c = shape(b)
+        too_many = len(cur) + len(b) > cfg.micro_batch_size
+        too_long = cfg.micro_batch_tokens and (rows + 1) * (max(lp, p) + max(lc, c)) > cfg.micro_batch_tokens
+        if cur and (too_many or too_long):
+            out.append(cur)
+            cur, rows, lp, lc = [], 0, 0, 0
+        cur, rows, lp, lc = cur + b, rows + 1, max(lp, p), max(lc, c)
+    out.append(cur)
+    return out + [[]] * (int(all_max(len(out))) - len(out))
 
 
 def clip_and_step(model, opt, cfg, lr):
@@ -387,14 +479,39 @@ def save_checkpoint(model, opt, step, cfg, out_dir):
     msd, osd = get_state_dict(model, opt)
     if dist.get_rank() == 0 and tmp.exists():            # left by a run killed mid-save
         shutil.rmtree(tmp)
-    dist.barrier()
-    dcp.save({"model": msd, "optim": osd}, checkpoint_id=str(tmp))
-    dist.barrier()
+    io_barrier()
+    dcp.save({"model": msd, "optim": osd}, checkpoint_id=str(tmp), process_group=IO_GROUP)
+    io_barrier()
     if dist.get_rank() == 0:
         atomic_write_json(tmp / "meta.json", {"step": step, "config": asdict(cfg),
                                               "rng": torch.get_rng_state().tolist()})
         replace_dir(tmp, final)           # a damaged step_N that resume skipped is replaced, not an error
-    dist.barrier()
+        for old in superseded_checkpoints(ckpt_root, cfg.keep_checkpoints):
+            shutil.rmtree(old)
+    io_barrier()
+
+
+# What DCP and save_checkpoint write in a step folder; a folder holding anything else is not deleted.
+CHECKPOINT_FILES = re.compile(r"meta\.json|\.metadata|__\d+_\d+\.distcp")
+
+
+def superseded_checkpoints(ckpt_root, keep):
+    """The step folders to delete once a new checkpoint is complete: every one older than the `keep`
+    newest WHOLE ones (checkpoint_meta), so a damaged newest folder never costs the last good one.
+    Only folders named step_N that hold nothing but our own files (CHECKPOINT_FILES) are candidates;
+    exports live outside ckpt/ and are never touched."""
+    whole, old = 0, []
+    for path in step_folders(ckpt_root):
+        if whole >= keep:
+            if not path.is_symlink() and all(CHECKPOINT_FILES.fullmatch(f.name) and f.is_file() for f in path.iterdir()):
+                old.append(path)
+            continue
+        try:
+            checkpoint_meta(path)
+            whole += 1
+        except ValueError:
+            pass
+    return old
 
 
 def step_folders(ckpt_root):
@@ -440,7 +557,7 @@ def load_checkpoint(model, opt, path, meta):
     """Restore model, optimizer and RNG from a folder find_checkpoint chose; the step to continue from."""
     msd, osd = get_state_dict(model, opt)
     state = {"model": msd, "optim": osd}
-    dcp.load(state, checkpoint_id=str(path))
+    dcp.load(state, checkpoint_id=str(path), process_group=IO_GROUP)
     set_state_dict(model, opt, model_state_dict=state["model"], optim_state_dict=state["optim"])
     torch.set_rng_state(torch.tensor(meta["rng"], dtype=torch.uint8))
     return meta["step"]
@@ -534,7 +651,7 @@ def export(model, tokenizer, out_dir, names, cfg, info):
                 tokenizer.save_pretrained(tmp)
         for name in names:
             atomic_dir(Path(out_dir) / name, write)
-    dist.barrier()
+    io_barrier()
 
 
 def git_sha():
@@ -548,11 +665,22 @@ def git_sha():
 # -----------------------------------------------------------------------------
 
 def main(cfg):
+    if cfg.plan:                          # --plan true: the memory plan for these flags, nothing else
+        plan = memory.plan(cfg, cfg.nproc, cfg.gpu_memory_gb)
+        print(memory.format_plan(plan))
+        if not plan.fits:
+            refuse(memory.verdict(plan))
+        return
     # 0) set up: process group, checks, tokenizer, policy + engine (+ reference), optimizer, task, resume
     check_packages(cfg)
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     rank, world, device = init_dist(cfg.device)
+    if device.type == "cuda" and cfg.model != "tiny":   # the same plan, with this run's world and device
+        plan = memory.plan(cfg, world, torch.cuda.get_device_properties(device).total_memory / 2**30)
+        if not plan.fits:
+            dist.destroy_process_group()
+            refuse(memory.verdict(plan))
     transformers.utils.logging.disable_progress_bar()
     out = Path(cfg.out_dir)
     ckpt, meta = check_run(cfg, world, out)
@@ -627,14 +755,15 @@ def rl_step(cfg, step, task, model, ref_model, engine, opt, *, pad, device, rank
     t_reward = time.perf_counter() - t0 - t_rollout
 
     # 4) old log-probs with the trainer's own forward, unless the update is exactly on-policy
-    old_logp = None if on_policy else completion_logp(
-        model, prompts, completions, pad, cfg.temperature, cfg.micro_batch_size, cfg.share_prompts)
+    model.eval()                          # inference only; the update below runs in training mode
+    old_logp = None if on_policy else old_log_probs(model, prompts, completions, cfg, pad, device)
     t_old_logp = time.perf_counter() - t0 - t_rollout - t_reward
 
     # 5) one optimizer step per mini-batch of whole groups
     lr = cfg.lr * min(1.0, (step + 1) / cfg.warmup_steps) if cfg.warmup_steps else cfg.lr
     per_mb = len(completions) // num_minibatches
     update_stats, grad_norms, first_logp = {}, [], []
+    model.train()                         # activation checkpointing acts only in training mode
     for k in range(num_minibatches):
         mb = slice(k * per_mb, (k + 1) * per_mb)
         stats, logp = update_minibatch(model, ref_model, prompts[mb], completions[mb], A.flatten()[mb],
@@ -645,6 +774,7 @@ def rl_step(cfg, step, task, model, ref_model, engine, opt, *, pad, device, rank
         for key, v in stats.items():
             update_stats[key] = (max(update_stats.get(key, 0.0), v) if key == "ratio/max"
                                  else update_stats.get(key, 0.0) + v / num_minibatches)
+    model.eval()
     if on_policy:
         old_logp = first_logp             # the first forward IS pi_old (deviation 4)
     t_train = time.perf_counter() - t0 - t_rollout - t_reward - t_old_logp
@@ -670,12 +800,17 @@ def build(cfg, tokenizer, pad, device, load=load_model):
     model = load(cfg, tokenizer, torch.float32)
     # The engine holds its own unsharded copy of the policy (bf16 on GPU), refreshed every step.
     engine_dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
-    engine = make_engine(cfg.engine, cfg.model, pad_token_id=pad, device=device, dtype=engine_dtype,
-                         model=load(cfg, tokenizer, engine_dtype) if cfg.engine == "torch" else None,
-                         seed=cfg.seed, max_model_len=cfg.max_prompt_len + cfg.max_response_len)
+    kind = memory.engine_kind(cfg, device.type)
+    engine = make_engine(kind, cfg.model, pad_token_id=pad, device=device, dtype=engine_dtype,
+                         model=load(cfg, tokenizer, engine_dtype) if kind == "torch" else None,
+                         kv_cache_bytes=int(cfg.kv_cache_gb * 2**30),
+                         gpu_memory_utilization=cfg.gpu_memory_utilization, seed=cfg.seed,
+                         max_model_len=cfg.max_prompt_len + cfg.max_response_len)
     ref_model = shard(load(cfg, tokenizer, torch.float32), device).eval() if cfg.kl_coef > 0 else None
-    if cfg.grad_checkpointing:
-        model.gradient_checkpointing_enable()
+    if memory.checkpointing_on(cfg, device.type):
+        # Non-reentrant: the reentrant variant needs inputs that require grad and fights FSDP's hooks.
+        # It acts only in training mode, which rl_step sets for the update (model.train()).
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     model = shard(model, device)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(cfg.adam_beta1, cfg.adam_beta2),
                             weight_decay=cfg.weight_decay)
@@ -744,7 +879,7 @@ def check_run(cfg, world, out):
             print(f"warning: skipped damaged checkpoint(s) {', '.join(skipped)}; resuming from "
                   f"{ckpt.name if ckpt else 'step 0'}", file=sys.stderr, flush=True)
         remove_killed_saves(out, ckpt_root)
-    dist.barrier()
+    io_barrier()
     return ckpt, meta
 
 

@@ -18,10 +18,10 @@ ENV = {**os.environ, "OMP_NUM_THREADS": "1", "TRANSFORMERS_VERBOSITY": "error",
        "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
 
 
-def run_worker(tmp_path, world, micro_batch_size, loss, layout="plain"):
-    out = tmp_path / f"ws{world}_mb{micro_batch_size}_{loss}_{layout}.pt"
+def run_worker(tmp_path, world, micro_batch_size, loss, layout="plain", tokens=0):
+    out = tmp_path / f"ws{world}_mb{micro_batch_size}_{loss}_{layout}_{tokens}.pt"
     cmd = [PY, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(world),
-           str(ROOT / "tests" / "ws_worker.py"), str(out), str(micro_batch_size), loss, layout]
+           str(ROOT / "tests" / "ws_worker.py"), str(out), str(micro_batch_size), loss, layout, str(tokens)]
     r = subprocess.run(cmd, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
     return torch.load(out)
@@ -29,18 +29,26 @@ def run_worker(tmp_path, world, micro_batch_size, loss, layout="plain"):
 
 @pytest.mark.parametrize("loss", ["dapo", "cispo"])
 def test_world_size_and_micro_batches_do_not_change_the_gradient(tmp_path, loss):
-    """World size 1 vs 2 (gloo, FSDP2), 3 vs 16 sequences per micro-batch, and the shared-prompt
-    layout: the same loss and gradients within 1e-6 (float64). The fixture has uneven lengths and
-    clipped tokens, so a per-micro-batch or per-rank token mean would fail this."""
-    ref = run_worker(tmp_path, 1, 16, loss)
+    """World size 1 vs 2 (gloo, FSDP2), 3 vs 16 sequences per micro-batch, micro-batches cut by a
+    token budget (30 padded tokens: one or two rows each, 7 passes on rank 0 and 6 on rank 1, which
+    then runs an empty one), and the shared-prompt layout: the same loss and gradients within 1e-6
+    (float64). The fixture has uneven lengths and clipped tokens, so a per-micro-batch or per-rank
+    token mean would fail this."""
+    ref = run_worker(tmp_path, 1, 16, loss, tokens=0)
     assert max(g.abs().max() for g in ref["grads"].values()) > 1e-3       # not a vacuous gradient
-    for world, mbs, layout in [(1, 3, "plain"), (2, 3, "plain"), (2, 3, "shared")]:
-        got = run_worker(tmp_path, world, mbs, loss, layout)
+    assert ref["passes"] == 1
+    for world, mbs, layout, tokens in [(1, 3, "plain", 0), (2, 3, "plain", 0), (2, 3, "shared", 0),
+                                       (1, 16, "plain", 30), (2, 16, "plain", 30), (2, 16, "shared", 60)]:
+        got = run_worker(tmp_path, world, mbs, loss, layout, tokens)
+        if tokens:
+            assert got["passes"] >= 2, (world, layout, tokens)             # the budget cut the micro-batches
+        if tokens and world == 2 and layout == "plain":
+            assert min(got["live"]) < got["passes"], got                   # a rank ran an empty pass
         assert got["logp_gap"] < 1e-9, (world, mbs, layout)              # logp comes back in input order
         for name, g in ref["grads"].items():
-            assert torch.allclose(got["grads"][name], g, atol=1e-6, rtol=0), (world, mbs, layout, name)
+            assert torch.allclose(got["grads"][name], g, atol=1e-6, rtol=0), (world, mbs, layout, tokens, name)
         for k, v in ref["stats"].items():
-            assert got["stats"][k] == pytest.approx(v, abs=1e-6), (world, mbs, layout, k)
+            assert got["stats"][k] == pytest.approx(v, abs=1e-6), (world, mbs, layout, tokens, k)
     if loss == "dapo":
         assert ref["stats"]["clip/low"] > 0 and ref["stats"]["clip/high"] > 0
 

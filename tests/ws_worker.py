@@ -1,6 +1,6 @@
 """Worker for tests/test_train.py: one mini-batch update of a tiny Qwen2 under FSDP2, any world size.
 
-    torchrun --nproc_per_node 2 tests/ws_worker.py OUT.pt MICRO_BATCH_SIZE LOSS {plain,shared}
+    torchrun --nproc_per_node 2 tests/ws_worker.py OUT.pt MICRO_BATCH_SIZE LOSS {plain,shared} [MICRO_BATCH_TOKENS]
 
 Every rank builds the same model and the same 16 sequences (4 groups x N = 4, completion lengths
 2..30, mixed rewards in every group), keeps its share of whole groups, runs train.update_minibatch
@@ -36,9 +36,10 @@ def fixture():
     return seqs
 
 
-def main(out, micro_batch_size, loss, share_prompts):
+def main(out, micro_batch_size, loss, share_prompts, micro_batch_tokens=0):
     # update_minibatch reads only the loss and batch settings: the tokenizer named here is never loaded
     cfg = train.Config(model="tiny", tokenizer="Qwen/Qwen2.5-7B", device="cpu", micro_batch_size=micro_batch_size,
+                       micro_batch_tokens=micro_batch_tokens, group_size=4,
                        loss=loss, prompts_per_step=4, mini_batch_prompts=4, share_prompts=share_prompts,
                        out_dir=str(Path(out).parent / "unused"))
     rank, world, device = train.init_dist("cpu")
@@ -51,7 +52,10 @@ def main(out, micro_batch_size, loss, share_prompts):
     per_rank = len(seqs) // world                   # whole groups: 16 / world is a multiple of N = 4
     mine = seqs[rank * per_rank:(rank + 1) * per_rank]
     prompts, completions = [q["prompt"] for q in mine], [q["completion"] for q in mine]
-    want = train.completion_logp(model, prompts, completions, 0)          # one sequence at a time, in order
+    want = train.completion_logp(model, prompts, completions, 0)          # in input order
+    passes = len(train.micro_batches(cfg, prompts, completions))         # the same on every rank
+    live = [None] * world                                               # live (non-empty) passes per rank
+    torch.distributed.all_gather_object(live, sum(1 for mb in train.micro_batches(cfg, prompts, completions) if mb))
     stats, logp = train.update_minibatch(model, None, prompts, completions, torch.tensor([q["adv"] for q in mine]),
                                          [q["old_logp"].double() for q in mine], on_policy=False, cfg=cfg, pad_id=0,
                                          device=device, world=world)
@@ -59,7 +63,7 @@ def main(out, micro_batch_size, loss, share_prompts):
     logp_gap = max((a - b).abs().max().item() for a, b in zip(logp, want))
     grads = {n: p.grad.full_tensor() for n, p in model.named_parameters()}
     if rank == 0:
-        torch.save({"stats": stats, "grads": grads, "logp_gap": logp_gap}, out)
+        torch.save({"stats": stats, "grads": grads, "logp_gap": logp_gap, "passes": passes, "live": live}, out)
     del model, grads                # see the end of train.main: free the device mesh first
     gc.collect()
     torch.distributed.barrier()
@@ -68,4 +72,4 @@ def main(out, micro_batch_size, loss, share_prompts):
 
 if __name__ == "__main__":
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    main(sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4] == "shared")
+    main(sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4] == "shared", int(sys.argv[5]) if len(sys.argv) > 5 else 0)

@@ -1,0 +1,273 @@
+"""train.py's memory levers, on the CPU: micro-batches by tokens, activation checkpointing in training
+mode, checkpoint retention, the memory plan's flag. `python -m pytest -q tests/test_train_scale.py`
+
+The gradient equality of token-budget micro-batches at world sizes 1 and 2 is in test_train.py
+(test_world_size_and_micro_batches_do_not_change_the_gradient); the plan's figures against measured
+peaks are in test_memory.py.
+"""
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+
+import memory
+import train
+from rollout import Rollouts
+
+ROOT = Path(__file__).resolve().parents[1]
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "TRANSFORMERS_VERBOSITY": "error", "HF_HUB_OFFLINE": "1"}
+
+
+@pytest.fixture
+def group(tmp_path):
+    """A process group of one in this process, as plain `python train.py` makes."""
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'pg'}", rank=0, world_size=1)
+    yield
+    dist.destroy_process_group()
+
+
+def tiny_qwen(layers=4, vocab=97, hidden=64, seed=0):
+    torch.manual_seed(seed)
+    return train.Qwen2ForCausalLM(train.Qwen2Config(
+        vocab_size=vocab, hidden_size=hidden, intermediate_size=4 * hidden, num_hidden_layers=layers,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512, tie_word_embeddings=False))
+
+
+# -----------------------------------------------------------------------------
+# Micro-batches by tokens
+
+def lengths_fixture(n=24, group=4, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    prompts, completions = [], []
+    for i in range(n):
+        if i % group == 0:
+            prompt = [5] * int(torch.randint(3, 12, (1,), generator=g))
+        prompts.append(prompt)
+        completions.append([7] * int(torch.randint(1, 60, (1,), generator=g)))
+    return prompts, completions
+
+
+@pytest.mark.parametrize("share", [False, True])
+@pytest.mark.parametrize("rows,tokens", [(8, 0), (8, 100), (3, 100), (64, 40), (64, 1)])
+def test_micro_batches_keep_rows_whole_and_within_both_caps(group, share, rows, tokens):
+    prompts, completions = lengths_fixture()
+    cfg = SimpleNamespace(group_size=4, share_prompts=share, micro_batch_size=rows, micro_batch_tokens=tokens)
+    mbs = train.micro_batches(cfg, prompts, completions)
+    assert sorted(i for mb in mbs for i in mb) == list(range(len(completions)))      # each sequence once
+    block = 4 if share else 1
+    widths = []
+    for mb in mbs:
+        blocks = [mb[j:j + block] for j in range(0, len(mb), block)]
+        assert all(b == list(range(b[0], b[0] + block)) and b[0] % block == 0 for b in blocks)  # whole groups
+        if share:
+            row_len = [len(prompts[b[0]]) + sum(len(completions[i]) for i in b) for b in blocks]
+            padded = len(blocks) * max(row_len)
+        else:
+            row_len = [len(prompts[i]) + len(completions[i]) for i in mb]
+            padded = len(mb) * (max(len(prompts[i]) for i in mb) + max(len(completions[i]) for i in mb))
+        if len(blocks) > 1:                                   # a block over a cap goes alone
+            assert len(mb) <= rows and (not tokens or padded <= tokens), (mb, padded)
+        widths.append(max(row_len))
+    assert widths == sorted(widths, reverse=True)             # longest first
+    if tokens == 1:
+        assert len(mbs) == len(completions) // block          # every row alone
+
+
+def test_micro_batches_pad_to_the_busiest_rank(group, monkeypatch):
+    """FSDP needs the same number of passes on every rank: the count is the max over ranks, and the
+    missing ones are empty (run with weight 0)."""
+    prompts, completions = lengths_fixture(8, 4)
+    cfg = SimpleNamespace(group_size=4, share_prompts=False, micro_batch_size=8, micro_batch_tokens=0)
+    monkeypatch.setattr(train, "all_max", lambda x: torch.tensor(3.0, dtype=torch.float64))
+    assert train.micro_batches(cfg, prompts, completions) == [sorted(range(8), key=lambda i: -len(completions[i])
+                                                                     - len(prompts[i])), [], []]
+
+
+def test_an_empty_pass_adds_nothing(group):
+    """update_minibatch with padding passes gives the gradient of the same micro-batches without them."""
+    model = train.shard(tiny_qwen(2).double(), torch.device("cpu"))
+    prompts, completions = lengths_fixture(8, 4)
+    A = torch.linspace(-1, 1, 8, dtype=torch.float64)
+    cfg = small_cfg(micro_batch_size=3)
+
+    def grads(extra):
+        real = train.micro_batches
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(train, "micro_batches", lambda *a: real(*a) + [[]] * extra)
+            model.zero_grad(set_to_none=True)
+            stats, _ = train.update_minibatch(model, None, prompts, completions, A, None, on_policy=True, cfg=cfg,
+                                              pad_id=0, device=torch.device("cpu"), world=1)
+        return stats, {n: p.grad.full_tensor().clone() for n, p in model.named_parameters()}
+
+    s0, g0 = grads(0)
+    s2, g2 = grads(2)
+    assert max(g.abs().max() for g in g0.values()) > 1e-4
+    for n in g0:
+        assert torch.equal(g0[n], g2[n]), n
+    assert s0 == s2
+
+
+# -----------------------------------------------------------------------------
+# Training mode and activation checkpointing
+
+def saved_bytes(fn):
+    """Bytes that autograd saves for backward while fn() runs its forward (each storage once)."""
+    seen = {}
+
+    def pack(t):
+        seen[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+        return t
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        fn()
+    return sum(seen.values())
+
+
+def test_checkpointing_acts_in_the_update(group):
+    """train.build turns checkpointing on (--grad_checkpointing true, or auto on CUDA) and rl_step runs
+    the update in training mode, where transformers' checkpointing acts: the activations autograd keeps
+    for backward shrink to a fraction. In eval mode it would silently keep them all."""
+    prompts, completions = lengths_fixture(8, 4)
+    prompts = [p * 20 for p in prompts]                       # long enough for activations to dominate
+    A = torch.linspace(-1, 1, 8)
+    kept = {}
+    for mode in ("false", "true"):
+        cfg = SimpleNamespace(**{**vars(small_cfg()), "grad_checkpointing": mode})
+        model, _, _, _ = train.build(cfg, None, 0, torch.device("cpu"), load=lambda c, t, dtype: tiny_qwen(6).to(dtype))
+        for training in (False, True):
+            model.train(training)
+            kept[mode, training] = saved_bytes(lambda: train.update_minibatch(
+                model, None, prompts, completions, A, None, on_policy=True, cfg=cfg, pad_id=0,
+                device=torch.device("cpu"), world=1))
+    assert kept["true", True] < 0.3 * kept["false", True], kept
+    assert kept["true", False] > 0.9 * kept["false", False], kept         # eval mode: checkpointing idle
+    assert memory.checkpointing_on(SimpleNamespace(grad_checkpointing="auto"), "cuda")
+    assert not memory.checkpointing_on(SimpleNamespace(grad_checkpointing="auto"), "cpu")
+
+
+def small_cfg(**kw):
+    base = dict(group_size=4, share_prompts=False, micro_batch_size=8, micro_batch_tokens=0, temperature=1.0,
+                loss="grpo", eps_low=None, eps_high=None, dual_clip=3.0, entropy_coef=0.0, kl_coef=0.0,
+                grad_checkpointing="false", engine="torch", model="tiny", kv_cache_gb=1.0,
+                gpu_memory_utilization=0.5, seed=0, max_prompt_len=64, max_response_len=16, lr=1e-3,
+                adam_beta1=0.9, adam_beta2=0.999, weight_decay=0.0, prompts_per_step=2, mini_batch_prompts=1,
+                warmup_steps=0, ds_grpo=False, gamma=0.5, top_p=1.0, top_k=0, grad_clip=1.0)
+    return SimpleNamespace(**{**base, **kw})
+
+
+class FakeEngine:
+    """Fixed completions, so rl_step runs without sampling; records nothing else."""
+    def generate(self, prompts, n, seeds, **kw):
+        ids = [[3 + (i * n + j) % 5] * (2 + (i + j) % 4) for i in range(len(prompts)) for j in range(n)]
+        return Rollouts([b // n for b in range(len(ids))], ids, [[-1.0] * len(c) for c in ids], ["stop"] * len(ids))
+
+    def sleep(self): pass
+    def wake_up(self): pass
+    def load_weights(self, named): pass
+    def reset_prefix_cache(self): pass
+
+
+def test_rl_step_updates_in_training_mode_and_infers_in_eval_mode(group, monkeypatch):
+    """Two mini-batches: the old log-probs are an inference pass (eval mode), the updates train."""
+    cfg = small_cfg()
+    model, _, _, opt = train.build(cfg, None, 0, torch.device("cpu"), load=lambda c, t, dtype: tiny_qwen(2).to(dtype))
+    task = SimpleNamespace(prompt=lambda i: ([4, 5, 6, 4 + i % 3], None), max_new_tokens=8, stop_token_ids=[1],
+                           score=lambda answers, comps: ([float(len(c) % 2) for c in comps], {}))
+    seen = []
+    for name in ("old_log_probs", "update_minibatch"):
+        real = getattr(train, name)
+        monkeypatch.setattr(train, name, lambda *a, _real=real, _name=name, **k: (seen.append((_name, model.training)),
+                                                                                  _real(*a, **k))[1])
+    train.rl_step(cfg, 0, task, model, None, FakeEngine(), opt, pad=0, device=torch.device("cpu"), rank=0, world=1)
+    assert seen == [("old_log_probs", False), ("update_minibatch", True), ("update_minibatch", True)]
+    assert not model.training
+
+
+# -----------------------------------------------------------------------------
+# Checkpoint retention
+
+def fake_checkpoint(root, step, whole=True):
+    path = root / f"step_{step:06d}"
+    dcp.save({"x": torch.full((4,), float(step))}, checkpoint_id=str(path))
+    if whole:
+        (path / "meta.json").write_text(json.dumps({"step": step, "config": {}, "rng": []}))
+    return path
+
+
+def test_retention_keeps_the_newest_whole_checkpoints_and_only_deletes_ours(tmp_path):
+    root = tmp_path / "ckpt"
+    for s in (1, 2, 3, 4):
+        fake_checkpoint(root, s)
+    assert [p.name for p in train.superseded_checkpoints(root, 2)] == ["step_000002", "step_000001"]
+    assert train.superseded_checkpoints(root, 4) == []
+    # A damaged newest one (no meta.json: killed between DCP and meta) does not count as kept.
+    fake_checkpoint(root, 5, whole=False)
+    assert [p.name for p in train.superseded_checkpoints(root, 2)] == ["step_000002", "step_000001"]
+    assert [p.name for p in train.superseded_checkpoints(root, 1)] == ["step_000003", "step_000002", "step_000001"]
+    # All damaged: nothing is deleted, whatever K.
+    only_bad = tmp_path / "bad"
+    for s in (1, 2):
+        fake_checkpoint(only_bad, s, whole=False)
+    assert train.superseded_checkpoints(only_bad, 1) == []
+    # Something of the user's inside an old folder, a symlink, a file named like a step: never ours.
+    (root / "step_000001" / "notes.txt").write_text("mine")
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (root / "step_000000").symlink_to(mine, target_is_directory=True)
+    (root / "other").mkdir()
+    assert [p.name for p in train.superseded_checkpoints(root, 2)] == ["step_000002"]
+
+
+@pytest.mark.slow
+def test_a_run_keeps_its_last_checkpoints(tmp_path, data):
+    """End to end: --save_every 1 --keep_checkpoints 2 over 4 steps leaves step_3 and step_4 (and the
+    export); the run resumes from the newest."""
+    out = tmp_path / "run"
+    flags = [sys.executable, "train.py", "--device", "cpu", "--threads", "1", "--task", "math", "--model", "tiny",
+             "--tokenizer", str(data / "tokenizers" / "qwen2.5"),
+             "--data", str(data / "train" / "deepscaler_partial.jsonl"), "--prompts_per_step", "2", "--mini_batch_prompts", "1",
+             "--group_size", "2", "--max_response_len", "4", "--save_every", "1", "--keep_checkpoints", "2",
+             "--sample_every", "0", "--out_dir", str(out)]
+    r = subprocess.run(flags + ["--steps", "4"], cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert sorted(p.name for p in (out / "ckpt").iterdir()) == ["step_000003", "step_000004"]
+    assert (out / "final").is_dir()
+    r = subprocess.run(flags + ["--steps", "5", "--resume", "true"], cwd=ROOT, env=ENV, capture_output=True,
+                       text=True, timeout=600)
+    assert r.returncode == 0 and "resumed from step 4" in r.stdout, r.stderr[-3000:]
+    assert sorted(p.name for p in (out / "ckpt").iterdir()) == ["step_000004", "step_000005"]
+
+
+
+# -----------------------------------------------------------------------------
+# Engines and devices, refused before any work
+
+@pytest.mark.parametrize("argv,pattern", [
+    ([], r"^error: --engine auto: uses vLLM on CUDA, which is not installed: pip install -r requirements-gpu\.txt"),
+    (["--engine", "vllm"], r"^error: --engine vllm: needs vLLM")])
+def test_cuda_runs_sample_with_vllm_and_say_how_to_install_it(argv, pattern, monkeypatch, capsys):
+    cfg = SimpleNamespace(device="auto", engine=argv[1] if argv else "auto", task="maze", data="", wandb=False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    find_spec = train.importlib.util.find_spec
+    monkeypatch.setattr(train.importlib.util, "find_spec", lambda name, *a: None if name == "vllm" else find_spec(name, *a))
+    with pytest.raises(SystemExit) as e:
+        train.check_packages(cfg)
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and len(err.strip().splitlines()) == 1 and re.search(pattern, err), err
+    assert memory.engine_kind(SimpleNamespace(engine="auto"), "cuda") == "vllm"
+    assert memory.engine_kind(SimpleNamespace(engine="auto"), "cpu") == "torch"
+
+
+def test_cuda_on_a_cpu_only_torch_is_refused_in_one_line(capsys, monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(SystemExit) as e:
+        train.check_packages(SimpleNamespace(device="cuda", engine="torch", task="maze", data="", wandb=False))
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and err.startswith("error: --device cuda:") and len(err.strip().splitlines()) == 1
