@@ -16,7 +16,9 @@ as JSON.
     completion, so groups are mixed and the update does real work without math-verify. There is no
     stop token: every completion runs to --max_new_tokens, a fixed upper bound on the work.
     Figures: rollout tok/s (completion tokens / rollout time), update tok/s (prompt + completion tokens
-    through forward and backward / update time), the step's time split, peak memory, and the update's
+    through forward and backward / update time), the step's time split, peak memory beside the memory
+    plan's figure for the same flags (memory.py: does the plan hold?), host-device syncs per decode
+    step of TorchEngine (CUDA's sync debug mode counts them), and the update's
     MFU = 6 * params * update tokens / update time / the GPU's dense bf16 peak (--peak_tflops; 0 takes
     it from the GPU's name). Attention FLOPs are not counted, so MFU is a slight underestimate; the
     old-log-prob forward (4 mini-batches: off-policy) is timed apart and not in the update.
@@ -38,6 +40,7 @@ import platform
 import sys
 import tempfile
 import time
+import warnings
 import zlib
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -49,6 +52,7 @@ from transformers import Qwen2Config, Qwen2ForCausalLM
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import maze  # noqa: E402
+import memory  # noqa: E402
 import train  # noqa: E402
 from common import Task, atomic_write_json, check, check_min, check_positive, check_writable, parse_config  # noqa: E402
 from rollout import mix_seed, sync_weights  # noqa: E402
@@ -124,9 +128,12 @@ def math_shaped_task(vocab, prompt_len, max_new_tokens, seed):
                 show=lambda ids: f"{len(ids)} tokens")
 
 
-def run_part(name, cfg, train_cfg, load, task, pad, device, clock, deadline):
+def run_part(name, cfg, train_cfg, load, task, pad, device, clock, deadline, config=None):
     """Build with train.build, then one warm-up and up to cfg.steps timed train.rl_step calls, none
-    started when the last step's time says it would end past `deadline` (perf_counter) -> figures."""
+    started when the last step's time says it would end past `deadline` (perf_counter) -> figures.
+    With `config` (the model's transformers config) the peak memory is set beside memory.plan's figure
+    for the same flags: its peak phase less the CUDA runtime estimate, which the allocator's
+    max_memory_allocated does not see."""
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats()
     t = time.perf_counter()
@@ -148,6 +155,7 @@ def run_part(name, cfg, train_cfg, load, task, pad, device, clock, deadline):
         clock(f"{name}: {'warm-up' if step == 0 else 'step'} {step}: {r.seconds['step']:.2f} s (rollout "
               f"{r.seconds['rollout']:.2f}, old_logp {r.seconds['old_logp']:.2f}, update {r.seconds['train']:.2f}, "
               f"sync {r.seconds['weight_sync']:.2f}), {sum(lens)} completion tokens")
+    syncs = syncs_per_decode_step(engine, task, train_cfg.group_size, device)
     timed = steps[1:]
     total = {k: sum(s[k] for s in timed) for k in timed[0]}
     fig = {"params": params, "prompts": train_cfg.prompts_per_step, "group_size": train_cfg.group_size,
@@ -159,7 +167,17 @@ def run_part(name, cfg, train_cfg, load, task, pad, device, clock, deadline):
            "rollout_tok_s": total["completion_tokens"] / total["rollout"],
            "update_tok_s": total["update_tokens"] / total["train"],
            "mixed_groups_per_step": total["mixed_groups"] / len(timed),
-           "peak_mem_gib": torch.cuda.max_memory_allocated() / 2**30 if device.type == "cuda" else None}
+           "peak_mem_gib": torch.cuda.max_memory_allocated() / 2**30 if device.type == "cuda" else None,
+           "syncs_per_decode_step": syncs}
+    fig["plan_gib"] = fig["plan_phase"] = None
+    if config is not None:
+        device_gib = (torch.cuda.get_device_properties(device).total_memory / 2**30 if device.type == "cuda"
+                      else 80.0)
+        p = memory.plan(train_cfg, 1, device_gib, config=config)
+        runtime = sum(r.rollout for r in p.rows if r.name == "CUDA runtime")
+        fig["plan_gib"], fig["plan_phase"] = p.peak - runtime, p.peak_phase
+        clock(f"{name}: plan {fig['plan_gib']:.1f} GiB ({p.peak_phase} phase, less {runtime} GiB of CUDA runtime)"
+              + (f", measured peak {fig['peak_mem_gib']:.1f} GiB" if fig["peak_mem_gib"] is not None else ""))
     # The update's FLOPs: forward + backward, 6 per parameter per token (Kaplan et al.'s 6ND).
     fig["update_tflop_s"] = 6 * params * total["update_tokens"] / total["train"] / 1e12
     del model, ref_model, engine, opt
@@ -167,6 +185,27 @@ def run_part(name, cfg, train_cfg, load, task, pad, device, clock, deadline):
     if device.type == "cuda":
         torch.cuda.empty_cache()
     return fig
+
+
+def syncs_per_decode_step(engine, task, n, device):
+    """Host-device synchronisations per decode step of one engine.generate call (2 prompts x n, the
+    part's length cap), counted by CUDA's sync debug mode, which warns at every synchronising call. Each
+    one stalls the CPU until the GPU drains its queue, so a decode loop wants as few as possible.
+    None on the CPU."""
+    if device.type != "cuda":
+        return None
+    prompts = [task.prompt(i)[0] for i in range(2)]
+    torch.cuda.synchronize()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            r = engine.generate(prompts, n, seeds=[0, 1], max_new_tokens=task.max_new_tokens,
+                                stop_token_ids=task.stop_token_ids)
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+    steps = max(len(c) for c in r.token_ids)
+    return sum("synchroniz" in str(w.message) for w in caught) / steps
 
 
 def peak_tflops(cfg, device):
@@ -196,7 +235,10 @@ def summary(report):
                  (label, "update tok/s", f"{f['update_tok_s']:,.0f} ({f['update_tokens_per_step']:,.0f} tokens a step)"),
                  (label, "update TFLOP/s, MFU", f"{f['update_tflop_s']:.1f}, " + (f"{100 * f['mfu']:.1f}%" if f["mfu"]
                                                  is not None else "n/a") + f" (6 x {f['params'] / 1e6:,.1f}M params x tokens)"),
-                 (label, "peak memory", "n/a (CPU)" if f["peak_mem_gib"] is None else f"{f['peak_mem_gib']:.1f} GiB")]
+                 (label, "peak memory", "n/a (CPU)" if f["peak_mem_gib"] is None else f"{f['peak_mem_gib']:.1f} GiB"
+                  + ("" if f["plan_gib"] is None else f" (memory plan: {f['plan_gib']:.1f} GiB, {f['plan_phase']} phase)")),
+                 (label, "host-device syncs per decode step", "n/a (CPU)" if f["syncs_per_decode_step"] is None
+                  else f"{f['syncs_per_decode_step']:.1f}")]
     lines = ["| part | figure | value |", "|---|---|---|"] + [f"| {a} | {b} | {c} |" for a, b, c in rows]
     return "\n".join(lines)
 
@@ -216,14 +258,17 @@ def main(cfg):
           f"peak {peak or 'n/a'} TFLOP/s ({peak_source})")
     shape = TINY_LLM if cfg.tiny else QWEN25_15B
     with tempfile.TemporaryDirectory(prefix="gpu_check.") as unused:      # train.Config checks an out_dir
-        common = dict(device=cfg.device, group_size=cfg.group_size, micro_batch_size=cfg.micro_batch_size,
-                      seed=cfg.seed, out_dir=unused, sample_every=0)
+        # TorchEngine: the GPU image has no vLLM (train.py's default engine on CUDA)
+        common = dict(device=cfg.device, engine="torch", group_size=cfg.group_size,
+                      micro_batch_size=cfg.micro_batch_size, seed=cfg.seed, out_dir=unused, sample_every=0)
         # (a) the LLM: train.py's defaults but the batch; --model names the shape only, nothing loads it
         llm_cfg = train.Config(task="math", model="Qwen/Qwen2.5-1.5B", prompts_per_step=cfg.prompts,
+                               max_prompt_len=cfg.prompt_len,
                                mini_batch_prompts=cfg.prompts // 4, max_response_len=cfg.max_new_tokens, **common)
         llm = run_part("LLM", cfg, llm_cfg, random_loader(lambda: Qwen2ForCausalLM(Qwen2Config(**shape)), device),
                        math_shaped_task(shape["vocab_size"], cfg.prompt_len, cfg.max_new_tokens, cfg.seed),
-                       shape["vocab_size"] - 1, device, clock, t_start + 0.6 * cfg.budget_s)   # pad: in no prompt
+                       shape["vocab_size"] - 1, device, clock, t_start + 0.6 * cfg.budget_s,   # pad: in no prompt
+                       config=Qwen2Config(**shape))
         # (b) the maze: the README's Table 4 command (lr 1e-4, 256 prompts in one mini-batch, no warm-up)
         maze_cfg = train.Config(task="maze", model="maze.build_model", maze_size=cfg.maze_size, lr=1e-4,
                                 prompts_per_step=cfg.maze_prompts, mini_batch_prompts=cfg.maze_prompts,
