@@ -26,7 +26,7 @@ What is modelled (train.py build/shard/update_minibatch/rl_step, rollout.py's en
   With checkpointing a layer keeps only its input (d h per token) and one layer's full set exists
   at a time during backward. On top: the final norm ((4 + d) h) and backward's gradients through
   one layer (3 d I + 2 d h), per token. The head is rollout.policy_logp: ~CHUNK_BYTES of (chunk, V) fp32
-  temporaries, the (V, h) fp32 dW accumulator and one (V, h) product, and the hidden states at the
+  temporaries (its dW is the head's gradient, counted with the weights), and the hidden states at the
   completion positions with their gradient.
   Rollout engine: vLLM takes gpu_memory_utilization x the device while sampling and sleeps (level 1)
   during the update: ~0 on the device, its bf16 weights in host RAM. TorchEngine holds an unsharded
@@ -118,11 +118,15 @@ def activation_bytes_per_token(config, dtype_bytes, checkpointing, layers=None, 
 # -----------------------------------------------------------------------------
 # The run: what one rank holds in each phase
 
+PHASES = ("rollout", "update", "step", "sync")     # the parts of an RL step, in order
+
+
 @dataclass
 class Row:
     name: str
     rollout: float           # GiB per rank while the engine samples
     update: float            # ... during forward/backward of the largest micro-batch
+    step: float              # ... in the optimizer step (activations freed, AdamW's temporaries)
     sync: float              # ... during the weight sync (vLLM awake again, weights only)
     note: str
     flag: str                # the flag that shrinks it ("" = none)
@@ -188,15 +192,19 @@ def plan(cfg, world, gpu_memory_gb=80.0, config=None):
     g = lambda b: b / GiB                                  # noqa: E731
     R = []
 
-    def row(name, rollout_b, update_b, sync_b, note, flag=""):
-        R.append(Row(name, g(rollout_b), g(update_b), g(sync_b), note, flag))
+    def row(name, rollout_b, update_b, sync_b, note, flag="", step_b=None):
+        """A part's bytes in each phase; in the optimizer step as in the update unless given."""
+        R.append(Row(name, g(rollout_b), g(update_b), g(update_b if step_b is None else step_b), g(sync_b),
+                     note, flag))
 
     row("weights (fp32, sharded)", 4 * P / W, 4 * P / W, 4 * P / W, f"{P / 1e9:.2f}B params / {W} ranks", "--nproc")
     row("AdamW moments (2 x fp32, sharded)", 8 * P / W, 8 * P / W, 8 * P / W, "exp_avg, exp_avg_sq", "--nproc")
     row("gradients (fp32, sharded)", 0, 4 * P / W, 0, "set_to_none after each step", "--nproc")
+    # torch's foreach AdamW takes sqrt(exp_avg_sq) of all parameters at once: one more shard-sized buffer
+    row("AdamW step temporaries", 0, 0, 0, "foreach sqrt(exp_avg_sq), fp32 shard", "--nproc", step_b=4 * P / W)
     row("unsharded units (params + grads)", 0, d * units + (d * m["root"] + (d + 4 * mixed) * m["block"]), 0,
         f"root {m['root'] / 1e6:.0f}M ({'tied' if m['tied'] else 'untied'}) + 2 blocks of "
-        f"{m['block'] / 1e6:.0f}M in {'bf16' if mixed else 'fp32'}; root + 1 block of grads")
+        f"{m['block'] / 1e6:.0f}M in {'bf16' if mixed else 'fp32'}; root + 1 block of grads", step_b=0)
     per_tok = activation_bytes_per_token(config, d, ckpt, mask_len=row_len if masked else 0,
                                          repeat_kv=masked and mixed)
     final_norm = (4 + d) * m["h"]                           # its fp32 copy and cast, all positions
@@ -205,16 +213,16 @@ def plan(cfg, world, gpu_memory_gb=80.0, config=None):
     backward = 3 * d * m["I"] + 2 * d * m["h"]
     row("activations", 0, tokens * (per_tok + final_norm + backward) + mask, 0,
         f"{rows_} x {row_len} tokens, {(per_tok + final_norm + backward) / 2**20:.2f} MiB/token, checkpointing "
-        f"{'on' if ckpt else 'off'}", "--micro_batch_tokens" if ckpt else "--grad_checkpointing true")
+        f"{'on' if ckpt else 'off'}", "--micro_batch_tokens" if ckpt else "--grad_checkpointing true", step_b=0)
     V, h = m["V"], m["h"]
     chunk = min(CHUNK_BYTES, completion * V * 4 * 2)        # z and p, (chunk, V) fp32
-    head = chunk + V * h * (4 + d) + 2 * completion * h * d
+    head = chunk + 2 * completion * h * d                  # dW is the head's gradient: counted above
     row("log-prob head (policy_logp)", 0, head, 0,
-        f"{g(chunk):.2f} GiB chunks + (V, h) dW {'fp32 + bf16' if mixed else 'fp32 x 2'} + "
-        f"{completion} completion hidden states and grads", "--micro_batch_tokens")
+        f"{g(chunk):.2f} GiB chunks + {completion} completion hidden states and their grads", "--micro_batch_tokens",
+        step_b=0)
     if cfg.kl_coef > 0:
         row("reference model", 4 * P / W, 4 * P / W + d * units, 4 * P / W,
-            "sharded fp32 copy, its units unsharded in its forward", "--kl_coef 0")
+            "sharded fp32 copy, its units unsharded in its forward", "--kl_coef 0", step_b=4 * P / W)
 
     rank_rows = cfg.prompts_per_step // W * cfg.group_size  # rows one rank samples per step
     if engine == "vllm":
@@ -240,7 +248,7 @@ def plan(cfg, world, gpu_memory_gb=80.0, config=None):
         row("CUDA runtime", CUDA_RUNTIME_GIB * GiB, CUDA_RUNTIME_GIB * GiB, CUDA_RUNTIME_GIB * GiB,
             "context, NCCL, cuBLAS (estimate)")
 
-    phases = {p: sum(getattr(r, p) for r in R) for p in ("rollout", "update", "sync")}
+    phases = {p: sum(getattr(r, p) for r in R) for p in PHASES}
     peak_phase = max(phases, key=phases.get)
     peak = phases[peak_phase]
     largest = max(R, key=lambda r: getattr(r, peak_phase))
@@ -263,11 +271,11 @@ def format_plan(p):
     mb = p.micro_batch
     lines = [f"memory plan: {p.model} | {p.world} ranks | {p.device} | engine {p.engine} | "
              f"micro-batch {mb['rows']} x {mb['row_len']} tokens | checkpointing {'on' if mb['checkpointing'] else 'off'}",
-             f"{'part (GiB per rank)':36s} {'rollout':>8s} {'update':>8s} {'sync':>8s}  note [flag]"]
+             f"{'part (GiB per rank)':36s} " + " ".join(f"{k:>8s}" for k in PHASES) + "  note [flag]"]
     for r in p.rows:
-        lines.append(f"{r.name:36s} {r.rollout:8.2f} {r.update:8.2f} {r.sync:8.2f}  {r.note}"
+        lines.append(f"{r.name:36s} " + " ".join(f"{getattr(r, k):8.2f}" for k in PHASES) + f"  {r.note}"
                      + (f" [{r.flag}]" if r.flag else ""))
-    lines.append(f"{'total':36s} " + " ".join(f"{p.phases[k]:8.2f}" for k in ("rollout", "update", "sync"))
+    lines.append(f"{'total':36s} " + " ".join(f"{p.phases[k]:8.2f}" for k in PHASES)
                  + f"  peak: {p.peak_phase}")
     if p.host_gib:
         lines.append(f"host RAM: {p.host_gib:.1f} GiB per rank for the sleeping vLLM's weights "

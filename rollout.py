@@ -645,9 +645,9 @@ class _ChunkedHead(torch.autograd.Function):
     then d(logits) = dz / T, dh = d(logits) W, dW += d(logits)^T h, db += sum d(logits).
     Memory per chunk: z and p in float32, (c, V) each, so CHUNK_TEMPS = 2. The bf16 matmul output
     and the bf16 copy of dz are half-size and never alive together with both (p is freed first).
-    Fixed on top, independent of the number of tokens: the (V, d) float32 accumulator of dW and one
-    (V, d) product per chunk. Matmuls run in the input dtype (bf16 on GPU, as the model's own head
-    and its autograd would), with dW accumulated over chunks in float32.
+    Fixed on top, independent of the number of tokens: dW, (V, d) in the weight's dtype, which is the
+    gradient autograd would hand back anyway. Matmuls run in the input dtype (bf16 on GPU, as the
+    model's own head and its autograd would); addmm_ accumulates each chunk into dW in place.
     """
 
     @staticmethod
@@ -678,7 +678,9 @@ class _ChunkedHead(torch.autograd.Function):
         T, chunk, dtype = ctx.temperature, ctx.chunk, lse.dtype
         need_h, need_w, need_b = ctx.needs_input_grad[:3]
         dh = torch.zeros_like(h) if need_h else None
-        dw = torch.zeros(weight.shape, dtype=dtype, device=weight.device) if need_w else None
+        # dW in the weight's own dtype, as autograd would deliver it: in bf16 an fp32 accumulator
+        # would add 2 GiB at the 7B's (V, h); each chunk's product is exact in fp32 before the add.
+        dw = torch.zeros_like(weight) if need_w else None
         db = torch.zeros(bias.shape, dtype=dtype, device=bias.device) if need_b else None
         if g_logp is None and g_H is None:
             return dh, dw, db, None, None, None, None
@@ -703,11 +705,11 @@ class _ChunkedHead(torch.autograd.Function):
             if need_h:
                 dh[s:s + chunk] = dz @ weight
             if need_w:
-                dw.add_(dz.T @ h_c)
+                dw.addmm_(dz.T, h_c)
             if need_b:
                 db.add_(dz.sum(0))
             del dz
-        return (dh, dw.to(weight.dtype) if need_w else None, db.to(bias.dtype) if need_b else None,
+        return (dh, dw, db.to(bias.dtype) if need_b else None,
                 None, None, None, None)
 
 

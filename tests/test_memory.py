@@ -207,10 +207,11 @@ def test_plan_matches_peak_rss_of_one_step(data, tmp_path):
     cfg = config(data, "", model=str(tmp_path), device="cpu", engine="torch", micro_batch_size=1,
                  micro_batch_tokens=0, max_prompt_len=Lp, max_response_len=Lr, grad_checkpointing="false")
     p = memory.plan(cfg, 1, 24.0)
-    parts = ("weights", "AdamW", "gradients", "activations", "log-prob")
-    planned = sum(r.update for r in p.rows if r.name.startswith(parts))
+    parts = ("weights", "AdamW", "gradients", "activations", "log-prob")   # a plain model: no units, no engine
+    planned = max(sum(getattr(r, phase) for r in p.rows if r.name.startswith(parts)) for phase in ("update", "step"))
     out = subprocess.run([sys.executable, "-c", CHILD.format(root=str(ROOT), folder=str(tmp_path), Lp=Lp, Lr=Lr)],
                          capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert out.returncode == 0, out.stderr[-2000:]
     measured = json.loads(out.stdout.strip().splitlines()[-1])["peak"] / 2**30
+    print(f"plain 2-layer Qwen2.5-1.5B step: plan {planned:.2f} GiB, measured peak RSS {measured:.2f} GiB")
     assert planned == pytest.approx(measured, rel=0.25), (planned, measured)

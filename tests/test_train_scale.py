@@ -271,3 +271,26 @@ def test_cuda_on_a_cpu_only_torch_is_refused_in_one_line(capsys, monkeypatch):
         train.check_packages(SimpleNamespace(device="cuda", engine="torch", task="maze", data="", wandb=False))
     err = capsys.readouterr().err
     assert e.value.code == 2 and err.startswith("error: --device cuda:") and len(err.strip().splitlines()) == 1
+
+
+# -----------------------------------------------------------------------------
+# --plan true: the memory plan of the run's own flags, no weights, GPU or network
+
+@pytest.mark.slow                          # three train.py processes, ~5 s each
+def test_plan_flag_answers_fits_or_not_in_seconds(data, tmp_path):
+    model = data / "models" / "qwen2.5-7b"
+    plan = [sys.executable, "train.py", "--plan", "true", "--model", str(model)]
+    r = subprocess.run(plan, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    last = r.stdout.strip().splitlines()[-1]
+    m = re.fullmatch(r"per rank: ([\d.]+) GiB of 80\.0 GiB", last)
+    assert m and float(m.group(1)) < 80, last
+    r = subprocess.run(plan + ["--grad_checkpointing", "false", "--micro_batch_tokens", "0", "--out_dir",
+                               str(tmp_path / "run")], cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert "activations" in r.stderr and "--grad_checkpointing true" in r.stderr, r.stderr
+    assert r.stdout.strip().splitlines()[-1].startswith("per rank: ")
+    assert not (tmp_path / "run").exists()                                  # a plan writes nothing
+    r = subprocess.run([sys.executable, "train.py", "--plan", "true", "--model", str(tmp_path)], cwd=ROOT, env=ENV,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "--model" in r.stderr and "config.json" in r.stderr, r.stderr
