@@ -137,16 +137,20 @@ def test_checkpointing_acts_in_the_update(group):
     prompts, completions = lengths_fixture(8, 4)
     prompts = [p * 20 for p in prompts]                       # long enough for activations to dominate
     A = torch.linspace(-1, 1, 8)
-    kept = {}
+    kept, grads = {}, {}
     for mode in ("false", "true"):
         cfg = SimpleNamespace(**{**vars(small_cfg()), "grad_checkpointing": mode})
         model, _, _, _ = train.build(cfg, None, 0, torch.device("cpu"), load=lambda c, t, dtype: tiny_qwen(6).to(dtype))
         for training in (False, True):
             model.train(training)
+            model.zero_grad(set_to_none=True)
             kept[mode, training] = saved_bytes(lambda: train.update_minibatch(
                 model, None, prompts, completions, A, None, on_policy=True, cfg=cfg, pad_id=0,
                 device=torch.device("cpu"), world=1))
+        grads[mode] = {n: p.grad.full_tensor().clone() for n, p in model.named_parameters()}
     assert kept["true", True] < 0.3 * kept["false", True], kept
+    for n, g in grads["false"].items():                                      # the same update, recomputed
+        assert torch.allclose(grads["true"][n], g, atol=1e-6, rtol=1e-5), n
     assert kept["true", False] > 0.9 * kept["false", False], kept         # eval mode: checkpointing idle
     assert memory.checkpointing_on(SimpleNamespace(grad_checkpointing="auto"), "cuda")
     assert not memory.checkpointing_on(SimpleNamespace(grad_checkpointing="auto"), "cpu")
