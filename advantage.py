@@ -9,6 +9,7 @@ What lives here, by equation of arXiv 2602.06717 (v2):
     focal_advantages       Eqs. 11-13     g = (1 - mu_hat)^gamma, A_i^F = g * A_i: what train.py uses
     focal_weight           Eq. 12         g alone, for a tensor of mu_hat (simulate.py)
     policy_loss            Eqs. 14-16     GRPO / DAPO clip, CISPO sg(clip(r)) * A * log pi, token-mean
+    aggregate                             token-mean, or the original GRPO's / Dr. GRPO's aggregation
     kl_k3, entropy_from_logits            GRPO-KL and GRPO-H controls (Sec. 5.6)
     ds_grpo_advantages                    DS-GRPO control: a best guess, the paper gives no formula
     low_lr_multiplier                     m_gamma of the low-LR control (Appendix N)
@@ -76,28 +77,27 @@ def success_rate(rewards, r_correct=1.0, r_wrong=0.0):
     return (R.mean(dim=1) - r_wrong) / (r_correct - r_wrong)
 
 
-def focal_advantages(rewards, gamma, r_correct=1.0, r_wrong=0.0):
+def focal_advantages(rewards, gamma, r_correct=1.0, r_wrong=0.0, normalize_std=True):
     """F-GRPO advantage, Eqs. 11-13: A_i^F = g * A_i with g = (1 - mu_hat)^gamma, one g per group.
+    normalize_std=False: A_i is the mean-only form (Dr. GRPO's), as in group_advantages.
 
     gamma = 0 gives g = 1 exactly, even at mu_hat = 1 (0^0 = 1): plain GRPO. Groups the policy
     already solves (mu_hat near 1) get g near 0: they are the ones whose updates concentrate
     probability on the sampled correct answers (PAPER §4.4).
     rewards: (G, N)  ->  (advantages (G, N), g (G,))
     """
-    if gamma < 0:
-        raise ValueError(f"gamma must be >= 0, got {gamma}")
-    # max=1: the mean of N equal rewards can round just past R_c (seven of 0.1 do in float32), and
-    # 1 - mu_hat < 0 would make g NaN at a fractional gamma.
-    mu_hat = success_rate(rewards, r_correct, r_wrong).clamp(max=1.0)              # (G,), Eq. 11
-    g = (1 - mu_hat) ** gamma                                                      # (G,), Eq. 12
+    # The mean of N equal rewards can round just past R_c (seven of 0.1 do in float32); focal_weight
+    # clamps 1 - mu_hat at 0, where a negative base would make g NaN at a fractional gamma.
+    mu_hat = success_rate(rewards, r_correct, r_wrong)                             # (G,), Eq. 11
+    g = focal_weight(mu_hat, gamma)                                                # (G,), Eq. 12
     # g multiplies AFTER the z-score. Scaling the rewards by g instead would do nothing: a
     # per-group constant cancels in (R - mean) / std.
-    return g[:, None] * group_advantages(rewards), g                               # (G, N), Eq. 13
+    return g[:, None] * group_advantages(rewards, normalize_std), g                # (G, N), Eq. 13
 
 
 def focal_weight(mu_hat, gamma):
-    """Focal weight, Eq. 12, for a tensor of success rates: g = (1 - mu_hat)^gamma, as in
-    focal_advantages. simulate.py uses it, where mu_hat comes from counts and not a reward matrix."""
+    """Focal weight, Eq. 12, for a tensor of success rates: g = (1 - mu_hat)^gamma. The one place the
+    formula lives: focal_advantages (the trainer) and simulate.py (mu_hat from counts) both call it."""
     if gamma < 0:
         raise ValueError(f"gamma must be >= 0, got {gamma}")
     return (1 - mu_hat).clamp(min=0.0) ** gamma
@@ -163,9 +163,35 @@ def token_mean(x, mask, num_tokens=None):
     return (x * mask).sum() / torch.as_tensor(num_tokens).clamp(min=1)
 
 
+# How the per-token losses of a mini-batch become one number (verl's loss_agg_mode names).
+LOSS_AGG = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm")
+
+
+def aggregate(x, mask, loss_agg="token-mean", num_tokens=None, num_seqs=None, max_len=None):
+    """This micro-batch's share of the mini-batch loss sum_t w_t x_t, for one of LOSS_AGG:
+
+        token-mean               sum x / T                      T: response tokens (the paper, Sec. 3.3)
+        seq-mean-token-mean      sum_i (sum_t x_it / |o_i|) / S  the original GRPO: a mean of sequence means
+        seq-mean-token-sum-norm  sum x / (S * L_max)            Dr. GRPO: a constant normaliser
+
+    x, mask: (B, T). num_tokens T, num_seqs S and max_len L_max are counts of the WHOLE mini-batch
+    (all micro-batches and ranks; default: this one's), so the shares add up to the exact loss. L_max
+    is the response budget (max new tokens), a constant; by default the width of x.
+    """
+    mask = mask.to(x.dtype)
+    if loss_agg == "token-mean":
+        return token_mean(x, mask, num_tokens)
+    S = torch.as_tensor(mask.shape[0] if num_seqs is None else num_seqs).clamp(min=1)
+    if loss_agg == "seq-mean-token-mean":
+        return ((x * mask).sum(-1) / mask.sum(-1).clamp(min=1)).sum() / S
+    if loss_agg == "seq-mean-token-sum-norm":
+        return (x * mask).sum() / (S * (mask.shape[-1] if max_len is None else max_len))
+    raise ValueError(f"loss_agg {loss_agg!r}: expected one of {LOSS_AGG}")
+
+
 def policy_loss(logp, old_logp, advantages, mask, loss_type="grpo", eps_low=None, eps_high=None,
-                dual_clip=3.0, num_tokens=None):
-    """Token-mean policy loss (to minimise) of GRPO / DAPO (Eq. 14) or CISPO (Eqs. 15-16).
+                dual_clip=3.0, num_tokens=None, loss_agg="token-mean", num_seqs=None, max_len=None):
+    """Policy loss (to minimise) of GRPO / DAPO (Eq. 14) or CISPO (Eqs. 15-16), token-mean by default.
 
     r = pi_theta / pi_old = exp(clamp(logp - old_logp, -20, 20))
     grpo, dapo:  l = max(-A r, -A clip(r, 1 - eps_low, 1 + eps_high)), and for A < 0 also
@@ -174,9 +200,10 @@ def policy_loss(logp, old_logp, advantages, mask, loss_type="grpo", eps_low=None
     F-variants need nothing here: pass the focal advantages.
 
     logp, old_logp, mask: (B, T) per response token; advantages: (B,) per sequence or (B, T).
-    num_tokens: the global token count of the optimizer mini-batch (see token_mean).
-    Returns (loss, diagnostics). Each diagnostic except ratio/max is a token-mean over the same
-    num_tokens, so summing it over micro-batches and ranks gives the mini-batch fraction.
+    num_tokens: the global token count of the optimizer mini-batch (see token_mean); loss_agg,
+    num_seqs, max_len: another aggregation of the per-token losses (see aggregate).
+    Returns (loss, diagnostics). Each diagnostic except ratio/max is a token-mean over num_tokens,
+    whatever loss_agg, so summing it over micro-batches and ranks gives the mini-batch fraction.
     """
     lo, hi = clip_bounds(loss_type, eps_low, eps_high)
     A = advantages[:, None] if advantages.ndim == 1 else advantages                  # (B, 1) or (B, T)
@@ -193,7 +220,7 @@ def policy_loss(logp, old_logp, advantages, mask, loss_type="grpo", eps_low=None
         per_tok = torch.where(A < 0, torch.minimum(per_tok, -A * dual_clip), per_tok)
         flags = {"clip/low": (A < 0) & (ratio < lo), "clip/high": (A > 0) & (ratio > hi),
                  "clip/dual": (A < 0) & (ratio > dual_clip)}
-    loss = token_mean(per_tok, mask, num_tokens)
+    loss = aggregate(per_tok, mask, loss_agg, num_tokens, num_seqs, max_len)
     with torch.no_grad():
         diag = {k: token_mean(v.to(logp.dtype), mask, num_tokens) for k, v in flags.items()}
         diag["ratio/mean"] = token_mean(ratio, mask, num_tokens)

@@ -59,7 +59,7 @@ from transformers import AutoModelForCausalLM, Qwen2Config, Qwen2ForCausalLM
 import maze
 import memory
 import reward
-from advantage import (CLIP_EPS, clip_bounds, ds_grpo_advantages, focal_advantages,
+from advantage import (CLIP_EPS, LOSS_AGG, aggregate, clip_bounds, ds_grpo_advantages, focal_advantages,
                        group_advantages, kl_k3, ks_up_to, pass_at_k_table, policy_loss, token_mean)
 from common import (MARKER, atomic_dir, atomic_write_json, atomic_write_text, check, check_min,
                     check_out_dir, check_positive, check_pretrained, check_utf8, mark_out_dir, parse_config,
@@ -87,6 +87,11 @@ class Config:
     kl_coef: float = 0.0              # GRPO-KL control: k3 to the initial model (paper best 0.001)
     entropy_coef: float = 0.0         # GRPO-H control: loss -= coef * H (paper best 0.001)
     ds_grpo: bool = False             # DS-GRPO control: best-guess advantages (advantage.py)
+    norm_std: bool = True             # Eq. 3 divides by the group's std; false: Dr. GRPO's mean-only A
+    loss_agg: str = "token-mean"      # token-mean (the paper) | seq-mean-token-mean (original GRPO) |
+                                      # seq-mean-token-sum-norm (Dr. GRPO): advantage.aggregate
+    skip_dead_groups: bool = True     # groups with A = 0 everywhere skip forward and backward (exact;
+                                      # off by itself with a KL or entropy term, which need every token)
     # batch and optimizer (Table 5)
     prompts_per_step: int = 256       # global, whatever the world size
     mini_batch_prompts: int = 64      # prompts per optimizer step: 256/64 = 4 updates per RL step
@@ -139,6 +144,7 @@ class Config:
     def __post_init__(self):
         check(self.task in ("math", "maze"), f"--task {self.task!r}: expected math or maze")
         check(self.loss in CLIP_EPS, f"--loss {self.loss!r}: expected one of {sorted(CLIP_EPS)}")
+        check(self.loss_agg in LOSS_AGG, f"--loss_agg {self.loss_agg!r}: expected one of {', '.join(LOSS_AGG)}")
         check(self.engine in ("auto", "torch", "vllm"), f"--engine {self.engine!r}: expected auto, torch or vllm")
         check(self.grad_checkpointing in ("auto", "true", "false"),
               f"--grad_checkpointing {self.grad_checkpointing!r}: expected auto, true or false")
@@ -227,7 +233,7 @@ RESUME_MAY_CHANGE = ("steps", "save_every", "eval_every", "eval_mazes", "eval_sa
                      "wandb", "out_dir", "resume", "threads", "device", "engine", "micro_batch_size",
                      "micro_batch_tokens", "share_prompts", "grad_checkpointing", "export_every",
                      "keep_checkpoints", "kv_cache_gb", "gpu_memory_utilization", "plan", "nproc",
-                     "gpu_memory_gb")
+                     "gpu_memory_gb", "skip_dead_groups")
 
 
 # -----------------------------------------------------------------------------
@@ -360,59 +366,85 @@ def padded(rows, like):
 
 
 def update_minibatch(model, ref_model, prompts, completions, A, old_logp, *, on_policy, cfg, pad_id, device,
-                     world):
+                     world, max_len=None):
     """Accumulate the gradient of one mini-batch of whole groups (the caller steps the optimizer).
 
-    prompts, completions: token-id lists, one per sequence; A: (S,) advantages; old_logp: per-sequence
-    log-probs under pi_old, or None when on_policy: then the first forward IS pi_old (deviation 4)
-    and the ratio is exactly 1. Returns (metrics summed over ranks, logp of each completion before
-    this update, as 1-D CPU tensors).
-    The loss of every micro-batch is divided by the GLOBAL token count of the mini-batch, so the
-    accumulated gradient is the exact token mean (PAPER §3.3, IMPLEMENTATION_NOTES §1.5), however the
-    micro-batches are cut (micro_batches). FSDP averages gradients over ranks; multiplying by world
-    undoes that, leaving the global sum / n_tok.
+    prompts, completions: token-id lists, one per sequence, N consecutive ones per group; A: (S,)
+    advantages; old_logp: per-sequence log-probs under pi_old, or None when on_policy: then the first
+    forward IS pi_old (deviation 4) and the ratio is exactly 1. max_len: the response budget, for
+    --loss_agg seq-mean-token-sum-norm (default --max_response_len). Returns (metrics summed over
+    ranks, logp of each completion before this update as 1-D CPU tensors, None for a skipped one).
+    The loss of every micro-batch is divided by the GLOBAL counts of the mini-batch (tokens, or
+    sequences, advantage.aggregate), so the accumulated gradient is the exact mini-batch loss
+    (PAPER §3.3), however the micro-batches are cut (micro_batches). FSDP averages gradients over
+    ranks; multiplying by world undoes that, leaving the global sum.
+    Groups without signal (A = 0 for all N, e.g. X in {0, N}) add exactly 0 to the loss and its
+    gradient, so with skip_dead(cfg) they are not forwarded at all: the counts still include them,
+    and the diagnostics (entropy, ratio, clip fractions) are means over the live tokens.
     """
     assert on_policy == (old_logp is None), "on-policy updates reuse the first forward; others need old_logp"
-    n_tok = all_sum(sum(len(c) for c in completions)).to(device=device, dtype=torch.float32)
+    keep = live_rows(cfg, A)
+    counts = all_sum([sum(len(c) for c in completions), len(completions),
+                      sum(len(completions[i]) for i in keep), len(keep)]).tolist()
+    n_tok, n_seq = (torch.tensor(c, device=device, dtype=torch.float32) for c in counts[:2])
+    diag_scale = counts[0] / max(counts[2], 1)            # token means over the live tokens
+    agg = dict(loss_agg=cfg.loss_agg, num_tokens=n_tok, num_seqs=n_seq,
+               max_len=max_len or cfg.max_response_len)
     sums, first_logp = {}, [None] * len(completions)
-    for mb in micro_batches(cfg, prompts, completions):
-        live = bool(mb)                     # an empty one only joins the collectives: weight 0, not logged
+    for mb in micro_batches(cfg, prompts, completions, keep):
+        live = bool(mb)                     # an empty one only joins the collectives: weight 0
         mb = mb or [0]
         batch = pack([prompts[i] for i in mb], [completions[i] for i in mb], pad_id, device,
                      share_prompts=cfg.share_prompts)
         mask = batch["completion_mask"]                                              # (b, Tc)
         logp, H_tok = policy_logp(model, batch, cfg.temperature, entropy=True)       # (b, Tc) each
-        old = logp.detach() if on_policy else padded([old_logp[i] for i in mb], logp)  # (b, Tc)
+        old = logp.detach() if on_policy or not live else padded([old_logp[i] for i in mb], logp)  # (b, Tc)
         loss, diag = policy_loss(logp, old, A[mb].to(device), mask, cfg.loss, cfg.eps_low, cfg.eps_high,
-                                 cfg.dual_clip, num_tokens=n_tok)                    # Eqs. 14-16
-        H = token_mean(H_tok if cfg.entropy_coef > 0 else H_tok.detach(), mask, n_tok)
-        diag["entropy"], diag["loss/pg"] = H.detach(), loss.detach()
+                                 cfg.dual_clip, **agg)                               # Eqs. 14-16
+        diag = {k: v if k == "ratio/max" else v * diag_scale for k, v in diag.items()}
+        diag["entropy"] = token_mean(H_tok.detach(), mask, n_tok) * diag_scale
+        diag["loss/pg"] = loss.detach()
         if cfg.entropy_coef > 0:                                                     # GRPO-H
-            loss = loss - cfg.entropy_coef * H
+            loss = loss - cfg.entropy_coef * aggregate(H_tok, mask, **agg)
         if ref_model is not None:                                                    # GRPO-KL
             with torch.no_grad():
                 ref_logp, _ = policy_logp(ref_model, batch, cfg.temperature)
-            kl = token_mean(kl_k3(logp, ref_logp), mask, n_tok)
-            loss = loss + cfg.kl_coef * kl
-            diag["kl/k3"] = kl.detach()
+            kl = kl_k3(logp, ref_logp)
+            loss = loss + cfg.kl_coef * aggregate(kl, mask, **agg)
+            diag["kl/k3"] = token_mean(kl.detach(), mask, n_tok)
         (loss * (world if live else 0.0)).backward()
-        if not live:
-            continue
-        for i, lp in zip(mb, logp.detach().cpu()):
+        for i, lp in zip(mb if live else [], logp.detach().cpu()):
             first_logp[i] = lp[:len(completions[i])]
-        for k, v in diag.items():
-            sums[k] = max(sums.get(k, 0.0), float(v)) if k == "ratio/max" else sums.get(k, 0.0) + float(v)
+        for k, v in diag.items():           # every rank sums the same keys (a weight-0 pass adds 0)
+            v = float(v) if live else 0.0
+            sums[k] = max(sums.get(k, 0.0), v) if k == "ratio/max" else sums.get(k, 0.0) + v
     ratio_max = sums.pop("ratio/max")
     out = dict(zip(sums, all_sum(list(sums.values())).tolist()))
     out["ratio/max"] = float(all_max(ratio_max))
+    out["skip/live_frac"] = counts[3] / max(counts[1], 1)
     return out, first_logp
 
 
+def skip_dead(cfg):
+    """Whether groups without signal may skip the update: exact unless a term needs every token."""
+    return cfg.skip_dead_groups and cfg.kl_coef == 0 and cfg.entropy_coef == 0
+
+
+def live_rows(cfg, A):
+    """The sequences the update must forward: all, or with skip_dead(cfg) those of groups (N
+    consecutive sequences) with some A != 0. A: (S,) advantages of this rank's whole groups."""
+    if not skip_dead(cfg):
+        return list(range(len(A)))
+    alive = (A.view(-1, cfg.group_size) != 0).any(1)                                 # (groups,)
+    return [i for i in range(len(A)) if alive[i // cfg.group_size]]
+
+
 @torch.no_grad()
-def old_log_probs(model, prompts, completions, cfg, pad_id, device):
-    """pi_old's log-probs of each completion (1-D CPU tensors), in the update's micro-batches."""
+def old_log_probs(model, prompts, completions, cfg, pad_id, device, keep=None):
+    """pi_old's log-probs of each completion (1-D CPU tensors), in the update's micro-batches; only
+    of the sequences in `keep` when given (None for the others: the update skips them)."""
     out = [None] * len(completions)
-    for mb in micro_batches(cfg, prompts, completions):
+    for mb in micro_batches(cfg, prompts, completions, keep):
         batch = pack([prompts[i] for i in mb or [0]], [completions[i] for i in mb or [0]], pad_id, device,
                      share_prompts=cfg.share_prompts)
         logp, _ = policy_logp(model, batch, cfg.temperature)
@@ -421,8 +453,9 @@ def old_log_probs(model, prompts, completions, cfg, pad_id, device):
     return out
 
 
-def micro_batches(cfg, prompts, completions):
-    """The forward passes of one mini-batch on this rank: lists of sequence indices, longest first.
+def micro_batches(cfg, prompts, completions, keep=None):
+    """The forward passes of one mini-batch on this rank: lists of sequence indices, longest first;
+    only of the sequences in `keep` when given (whole groups: live_rows).
 
     A block is one packed row: one sequence, or with --share_prompts a group of N sharing its prompt
     (rollout.pack), never split. Blocks join a micro-batch while it holds at most --micro_batch_size
@@ -436,6 +469,9 @@ def micro_batches(cfg, prompts, completions):
     with weight 0."""
     group = cfg.group_size if cfg.share_prompts else 1
     blocks = [list(range(s, min(s + group, len(completions)))) for s in range(0, len(completions), group)]
+    if keep is not None:
+        keep = set(keep)
+        blocks = [b for b in blocks if b[0] in keep]
 
     def shape(block):         # (prompt columns, completion columns) of its row in pack's layout
         if cfg.share_prompts:
@@ -452,7 +488,8 @@ def micro_batches(cfg, prompts, completions):
             out.append(cur)
             cur, rows, lp, lc = [], 0, 0, 0
         cur, rows, lp, lc = cur + b, rows + 1, max(lp, p), max(lc, c)
-    out.append(cur)
+    if cur or not out:
+        out.append(cur)                    # [] when every group is skipped: one empty pass
     return out + [[]] * (int(all_max(len(out))) - len(out))
 
 
@@ -746,17 +783,18 @@ def rl_step(cfg, step, task, model, ref_model, engine, opt, *, pad, device, rank
     completions = rollouts.token_ids
     rewards, reward_stats = task.score([items[i][1] for i in rollouts.prompt_index], completions)
     R = torch.tensor(rewards, dtype=torch.float32).view(len(idx), cfg.group_size)  # (P, N)
-    A_pre = group_advantages(R)                                                    # Eq. 3
+    A_pre = group_advantages(R, cfg.norm_std)                                      # Eq. 3
     if cfg.ds_grpo:
         lbar = torch.tensor([sum(e) / max(len(e), 1) for e in rollouts.engine_logp])
         A, g = ds_grpo_advantages(R, lbar.view_as(R)), torch.ones(len(idx))
     else:
-        A, g = focal_advantages(R, cfg.gamma)                                      # Eq. 13
+        A, g = focal_advantages(R, cfg.gamma, normalize_std=cfg.norm_std)          # Eq. 13
     t_reward = time.perf_counter() - t0 - t_rollout
 
     # 4) old log-probs with the trainer's own forward, unless the update is exactly on-policy
     model.eval()                          # inference only; the update below runs in training mode
-    old_logp = None if on_policy else old_log_probs(model, prompts, completions, cfg, pad, device)
+    old_logp = None if on_policy else old_log_probs(model, prompts, completions, cfg, pad, device,
+                                                    keep=live_rows(cfg, A.flatten()))
     t_old_logp = time.perf_counter() - t0 - t_rollout - t_reward
 
     # 5) one optimizer step per mini-batch of whole groups
@@ -768,7 +806,7 @@ def rl_step(cfg, step, task, model, ref_model, engine, opt, *, pad, device, rank
         mb = slice(k * per_mb, (k + 1) * per_mb)
         stats, logp = update_minibatch(model, ref_model, prompts[mb], completions[mb], A.flatten()[mb],
                                        None if on_policy else old_logp[mb], on_policy=on_policy, cfg=cfg,
-                                       pad_id=pad, device=device, world=world)
+                                       pad_id=pad, device=device, world=world, max_len=task.max_new_tokens)
         grad_norms.append(clip_and_step(model, opt, cfg, lr))
         first_logp += logp
         for key, v in stats.items():
@@ -904,7 +942,7 @@ class StepResult:
     A: torch.Tensor           # (P, N) advantages the update used (Eq. 13, or DS-GRPO)
     g: torch.Tensor           # (P,) focal weight (Eq. 12)
     rollouts: Rollouts
-    old_logp: list            # per completion, the trainer's log-probs under pi_old
+    old_logp: list            # per completion, the trainer's log-probs under pi_old (None: skipped)
     reward_stats: dict        # task.score's counts, logged as reward/NAME
     update_stats: dict        # update_minibatch's metrics, averaged over mini-batches (ratio/max: max)
     grad_norms: list          # pre-clip, one per optimizer step
@@ -920,7 +958,8 @@ def step_metrics(r):
     R, A_pre, A, g = r.R, r.A_pre, r.A, r.g
     mixed = R.std(1) > 0                                                  # (P,) groups with signal
     lens = torch.tensor([len(c) for c in r.rollouts.token_ids], dtype=torch.float64)
-    gap = torch.cat([(torch.tensor(e) - o).abs() for e, o in zip(r.rollouts.engine_logp, r.old_logp)])
+    gap = torch.cat([(torch.tensor(e) - o).abs() for e, o in zip(r.rollouts.engine_logp, r.old_logp)
+                     if o is not None] or [torch.zeros(0)])        # skipped groups have no trainer logp
     sums = {"groups": R.shape[0], "rollouts": R.numel(), "reward": R.sum(),
             "all_correct": (R.min(1).values >= 1).sum(),
             "all_wrong": (R.max(1).values <= 0).sum(), "g": g.sum(), "g_mixed": g[mixed].sum(),

@@ -370,3 +370,52 @@ def test_entropy_from_logits():
     assert h[0].item() == pytest.approx(math.log(4))
     assert h[1].item() == pytest.approx(0.0, abs=1e-6)
     assert token_mean(h, torch.tensor([1.0, 0.0])).item() == pytest.approx(math.log(4))
+
+
+# -----------------------------------------------------------------------------
+# Loss aggregation (--loss_agg) and the mean-only advantage (--norm_std false)
+
+def test_aggregations_follow_their_formulas_and_add_up_over_splits():
+    from advantage import aggregate
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(5, 7, generator=g, dtype=torch.float64)
+    lens = torch.tensor([7, 1, 3, 5, 2])
+    mask = torch.arange(7)[None] < lens[:, None]
+    seq_means = torch.stack([x[i, :n].mean() for i, n in enumerate(lens.tolist())])
+    want = {"token-mean": x[mask].sum() / lens.sum(), "seq-mean-token-mean": seq_means.mean(),
+            "seq-mean-token-sum-norm": x[mask].sum() / (5 * 10)}
+    for agg, w in want.items():
+        kw = dict(num_tokens=lens.sum(), num_seqs=5, max_len=10)
+        assert aggregate(x, mask, agg, **kw) == pytest.approx(float(w), abs=1e-12), agg
+        # the micro-batch shares, each with the whole mini-batch's counts, add up to the whole
+        parts = sum(aggregate(x[s], mask[s], agg, **kw) for s in (slice(0, 2), slice(2, 3), slice(3, 5)))
+        assert parts == pytest.approx(float(w), abs=1e-12), agg
+    # a mean of sequence means weights a 1-token answer like a 7-token one: not the token mean
+    assert abs(want["seq-mean-token-mean"] - want["token-mean"]) > 1e-3
+    with pytest.raises(ValueError, match="loss_agg"):
+        aggregate(x, mask, "sum")
+
+
+def test_policy_loss_aggregates_as_asked_and_keeps_token_mean_diagnostics():
+    g = torch.Generator().manual_seed(1)
+    logp = -torch.rand(3, 4, generator=g, dtype=torch.float64)
+    old = logp + 0.3 * torch.randn(3, 4, generator=g, dtype=torch.float64)
+    mask = torch.tensor([[1, 1, 1, 1], [1, 0, 0, 0], [1, 1, 0, 0]], dtype=torch.bool)
+    A = torch.tensor([1.0, -0.5, 2.0], dtype=torch.float64)
+    base, d0 = policy_loss(logp, old, A, mask, "dapo")
+    per_seq, d1 = policy_loss(logp, old, A, mask, "dapo", loss_agg="seq-mean-token-mean")
+    per_tok = torch.stack([policy_loss(logp[i:i + 1], old[i:i + 1], A[i:i + 1], mask[i:i + 1], "dapo")[0]
+                           for i in range(3)])
+    assert per_seq == pytest.approx(float(per_tok.mean()), abs=1e-12)
+    assert not torch.isclose(base, per_seq)
+    assert d0 == d1                                            # clip fractions are token fractions either way
+
+
+def test_mean_only_advantages_and_gamma_zero():
+    from advantage import focal_advantages
+    R = torch.tensor([[1.0, 0, 0, 1], [1, 1, 1, 1], [0, 0, 1, 0]])
+    A, g = focal_advantages(R, 0.0, normalize_std=False)
+    assert torch.equal(A, R - R.mean(1, keepdim=True)) and torch.equal(g, torch.ones(3))   # Dr. GRPO's A
+    assert torch.equal(focal_advantages(R, 0.0)[0], group_advantages(R))                  # gamma 0 = GRPO
+    A5, g5 = focal_advantages(R, 0.5, normalize_std=False)
+    assert torch.allclose(A5, g5[:, None] * (R - R.mean(1, keepdim=True)))

@@ -18,13 +18,23 @@ ENV = {**os.environ, "OMP_NUM_THREADS": "1", "TRANSFORMERS_VERBOSITY": "error",
        "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
 
 
-def run_worker(tmp_path, world, micro_batch_size, loss, layout="plain", tokens=0):
-    out = tmp_path / f"ws{world}_mb{micro_batch_size}_{loss}_{layout}_{tokens}.pt"
+def run_worker(tmp_path, world, **opts):
+    """tests/ws_worker.py under torchrun: NAME=VALUE options, the saved results."""
+    out = tmp_path / ("ws" + str(world) + "".join(f"_{k}-{v}" for k, v in sorted(opts.items())) + ".pt")
     cmd = [PY, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(world),
-           str(ROOT / "tests" / "ws_worker.py"), str(out), str(micro_batch_size), loss, layout, str(tokens)]
+           str(ROOT / "tests" / "ws_worker.py"), str(out), *(f"{k}={v}" for k, v in opts.items())]
     r = subprocess.run(cmd, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
     return torch.load(out)
+
+
+def assert_same_update(got, ref, what, stats=True):
+    """The same gradient and parameters after the step, within 1e-6 (float64), and the same metrics."""
+    for name, g in ref["grads"].items():
+        assert torch.allclose(got["grads"][name], g, atol=1e-6, rtol=0), (what, name)
+        assert torch.allclose(got["params"][name], ref["params"][name], atol=1e-6, rtol=0), (what, name)
+    for k, v in ref["stats"].items() if stats else ():
+        assert got["stats"][k] == pytest.approx(v, abs=1e-6), (what, k)
 
 
 @pytest.mark.parametrize("loss", ["dapo", "cispo"])
@@ -34,30 +44,59 @@ def test_world_size_and_micro_batches_do_not_change_the_gradient(tmp_path, loss)
     then runs an empty one), and the shared-prompt layout: the same loss and gradients within 1e-6
     (float64). The fixture has uneven lengths and clipped tokens, so a per-micro-batch or per-rank
     token mean would fail this."""
-    ref = run_worker(tmp_path, 1, 16, loss, tokens=0)
+    ref = run_worker(tmp_path, 1, loss=loss)
     assert max(g.abs().max() for g in ref["grads"].values()) > 1e-3       # not a vacuous gradient
     assert ref["passes"] == 1
     for world, mbs, layout, tokens in [(1, 3, "plain", 0), (2, 3, "plain", 0), (2, 3, "shared", 0),
                                        (1, 16, "plain", 30), (2, 16, "plain", 30), (2, 16, "shared", 60)]:
-        got = run_worker(tmp_path, world, mbs, loss, layout, tokens)
+        got = run_worker(tmp_path, world, loss=loss, micro_batch_size=mbs, layout=layout, micro_batch_tokens=tokens)
         if tokens:
             assert got["passes"] >= 2, (world, layout, tokens)             # the budget cut the micro-batches
         if tokens and world == 2 and layout == "plain":
             assert min(got["live"]) < got["passes"], got                   # a rank ran an empty pass
         assert got["logp_gap"] < 1e-9, (world, mbs, layout)              # logp comes back in input order
-        for name, g in ref["grads"].items():
-            assert torch.allclose(got["grads"][name], g, atol=1e-6, rtol=0), (world, mbs, layout, tokens, name)
-        for k, v in ref["stats"].items():
-            assert got["stats"][k] == pytest.approx(v, abs=1e-6), (world, mbs, layout, tokens, k)
+        assert_same_update(got, ref, (world, mbs, layout, tokens))
     if loss == "dapo":
         assert ref["stats"]["clip/low"] > 0 and ref["stats"]["clip/high"] > 0
+
+
+@pytest.mark.parametrize("dead", ["", "1,2", "0,1,2,3"])
+def test_skipping_groups_without_signal_changes_nothing(tmp_path, dead):
+    """--skip_dead_groups: groups whose advantages are all 0 are not forwarded, yet the gradient and
+    the parameters after the step equal those of the full update within 1e-6 at world sizes 1 and 2,
+    with no group dead, two (rank 1 of 2 then holds one live group of two) and all (every rank runs
+    one empty pass). The policy loss is the same; the diagnostics are over the live tokens."""
+    full = run_worker(tmp_path, 1, loss="dapo", micro_batch_size=3, dead=dead, skip_dead_groups="false")
+    assert full["skipped"] == 0
+    for world in (1, 2):
+        got = run_worker(tmp_path, world, loss="dapo", micro_batch_size=3, dead=dead, skip_dead_groups="true")
+        assert got["skipped"] == 4 * len(dead.split(",")) // world if dead else got["skipped"] == 0, (world, got)
+        assert_same_update(got, full, (world, dead), stats=not dead)
+        assert got["stats"]["loss/pg"] == pytest.approx(full["stats"]["loss/pg"], abs=1e-9)
+        assert got["stats"]["skip/live_frac"] == pytest.approx(1 - len([g for g in dead.split(",") if g]) / 4)
+    if dead == "0,1,2,3":
+        assert max(g.abs().max() for g in full["grads"].values()) == 0
+
+
+@pytest.mark.parametrize("agg", ["seq-mean-token-mean", "seq-mean-token-sum-norm"])
+def test_loss_aggregations_are_exact_across_micro_batches_and_ranks(tmp_path, agg):
+    """--loss_agg: the original GRPO's mean of sequence means and Dr. GRPO's constant normaliser give
+    the same gradient whatever the micro-batches and the world size, and not token-mean's."""
+    ref = run_worker(tmp_path, 1, loss="grpo", loss_agg=agg)
+    for world, mbs in [(1, 3), (2, 3), (2, 16)]:
+        assert_same_update(run_worker(tmp_path, world, loss="grpo", loss_agg=agg, micro_batch_size=mbs), ref,
+                           (agg, world, mbs))
+    token_mean = run_worker(tmp_path, 1, loss="grpo")
+    name = next(iter(ref["grads"]))
+    assert not torch.allclose(ref["grads"][name], token_mean["grads"][name], atol=1e-6)
 
 
 def test_bad_flags_are_refused_in_one_line():
     """As the command line sees them; every flag of every script, in-process: tests/test_flags.py."""
     for flags, name in [(["--gamma", "-1"], "--gamma"), (["--loss", "ppo"], "--loss"),
                         (["--prompts_per_step", "100", "--mini_batch_prompts", "64"], "--prompts_per_step"),
-                        (["--group_size", "1"], "--group_size")]:
+                        (["--group_size", "1"], "--group_size"), (["--loss_agg", "sum"], "--loss_agg"),
+                        (["--grad_checkpointing", "yes"], "--grad_checkpointing"), (["--engine", "sglang"], "--engine")]:
         r = subprocess.run([PY, "train.py", *flags], cwd=ROOT, env=ENV, capture_output=True, text=True)
         assert r.returncode == 2 and name in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
 

@@ -162,7 +162,8 @@ def small_cfg(**kw):
                 grad_checkpointing="false", engine="torch", model="tiny", kv_cache_gb=1.0,
                 gpu_memory_utilization=0.5, seed=0, max_prompt_len=64, max_response_len=16, lr=1e-3,
                 adam_beta1=0.9, adam_beta2=0.999, weight_decay=0.0, prompts_per_step=2, mini_batch_prompts=1,
-                warmup_steps=0, ds_grpo=False, gamma=0.5, top_p=1.0, top_k=0, grad_clip=1.0)
+                warmup_steps=0, ds_grpo=False, gamma=0.5, top_p=1.0, top_k=0, grad_clip=1.0,
+                skip_dead_groups=True, loss_agg="token-mean", norm_std=True)
     return SimpleNamespace(**{**base, **kw})
 
 
@@ -298,3 +299,10 @@ def test_plan_flag_answers_fits_or_not_in_seconds(data, tmp_path):
     r = subprocess.run([sys.executable, "train.py", "--plan", "true", "--model", str(tmp_path)], cwd=ROOT, env=ENV,
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and "--model" in r.stderr and "config.json" in r.stderr, r.stderr
+
+
+def test_a_kl_or_entropy_run_skips_nothing():
+    A = torch.tensor([0.0, 0, 0, 0, 1, -1, 0.5, -0.5])
+    assert train.live_rows(small_cfg(), A) == [4, 5, 6, 7]
+    for kw in ({"kl_coef": 1e-3}, {"entropy_coef": 1e-3}, {"skip_dead_groups": False}):
+        assert train.live_rows(small_cfg(**kw), A) == list(range(8)), kw

@@ -1,11 +1,15 @@
 """Worker for tests/test_train.py: one mini-batch update of a tiny Qwen2 under FSDP2, any world size.
 
-    torchrun --nproc_per_node 2 tests/ws_worker.py OUT.pt MICRO_BATCH_SIZE LOSS {plain,shared} [MICRO_BATCH_TOKENS]
+    torchrun --nproc_per_node 2 tests/ws_worker.py OUT.pt [NAME=VALUE ...]
 
-Every rank builds the same model and the same 16 sequences (4 groups x N = 4, completion lengths
-2..30, mixed rewards in every group), keeps its share of whole groups, runs train.update_minibatch
-and saves (rank 0) the loss, the metrics and the full gradient of every parameter.
+NAME=VALUE set train.Config fields (micro_batch_size, micro_batch_tokens, loss, loss_agg,
+share_prompts, skip_dead_groups, ...) and two of the fixture's: dead=G,G (groups whose advantages
+are set to 0, as X in {0, N} would make them) and layout=shared. Every rank builds the same model and
+the same 16 sequences (4 groups x N = 4, completion lengths 2..30, mixed rewards in every group),
+keeps its share of whole groups, runs train.update_minibatch, then one AdamW step, and saves (rank 0)
+the loss, the metrics, the full gradient and the parameters after the step.
 """
+import dataclasses
 import gc
 import os
 import sys
@@ -36,35 +40,49 @@ def fixture():
     return seqs
 
 
-def main(out, micro_batch_size, loss, share_prompts, micro_batch_tokens=0):
+def main(out, **opts):
+    dead = [int(g) for g in opts.pop("dead", "").split(",") if g]
+    if opts.pop("layout", "plain") == "shared":
+        opts["share_prompts"] = "true"
+    fields = {f.name: f.type for f in dataclasses.fields(train.Config)}
+    kw = {k: (v == "true") if fields[k] is bool else fields[k](v) for k, v in opts.items()}
     # update_minibatch reads only the loss and batch settings: the tokenizer named here is never loaded
-    cfg = train.Config(model="tiny", tokenizer="Qwen/Qwen2.5-7B", device="cpu", micro_batch_size=micro_batch_size,
-                       micro_batch_tokens=micro_batch_tokens, group_size=4,
-                       loss=loss, prompts_per_step=4, mini_batch_prompts=4, share_prompts=share_prompts,
-                       out_dir=str(Path(out).parent / "unused"))
+    cfg = train.Config(**{"model": "tiny", "tokenizer": "Qwen/Qwen2.5-7B", "device": "cpu", "group_size": 4,
+                          "prompts_per_step": 4, "mini_batch_prompts": 4, "micro_batch_size": 16,
+                          "micro_batch_tokens": 0, "max_response_len": 40,
+                          "out_dir": str(Path(out).parent / "unused"), **kw})
     rank, world, device = train.init_dist("cpu")
     torch.manual_seed(0)
     model = train.Qwen2ForCausalLM(train.Qwen2Config(
         vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
         num_key_value_heads=2, max_position_embeddings=64, tie_word_embeddings=True)).double()
     model = train.shard(model, device)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
     seqs = fixture()
+    for i in range(len(seqs)):
+        if i // 4 in dead:
+            seqs[i]["adv"] = 0.0
     per_rank = len(seqs) // world                   # whole groups: 16 / world is a multiple of N = 4
     mine = seqs[rank * per_rank:(rank + 1) * per_rank]
     prompts, completions = [q["prompt"] for q in mine], [q["completion"] for q in mine]
+    A = torch.tensor([q["adv"] for q in mine])
     want = train.completion_logp(model, prompts, completions, 0)          # in input order
-    passes = len(train.micro_batches(cfg, prompts, completions))         # the same on every rank
+    batches = train.micro_batches(cfg, prompts, completions, train.live_rows(cfg, A))
     live = [None] * world                                               # live (non-empty) passes per rank
-    torch.distributed.all_gather_object(live, sum(1 for mb in train.micro_batches(cfg, prompts, completions) if mb))
-    stats, logp = train.update_minibatch(model, None, prompts, completions, torch.tensor([q["adv"] for q in mine]),
+    torch.distributed.all_gather_object(live, sum(1 for mb in batches if mb))
+    stats, logp = train.update_minibatch(model, None, prompts, completions, A,
                                          [q["old_logp"].double() for q in mine], on_policy=False, cfg=cfg, pad_id=0,
                                          device=device, world=world)
     # the logp returned must be each input sequence's own, whatever order the micro-batches took
-    logp_gap = max((a - b).abs().max().item() for a, b in zip(logp, want))
+    logp_gap = max([(a - b).abs().max().item() for a, b in zip(logp, want) if a is not None], default=0.0)
+    skipped = sum(a is None for a in logp)
     grads = {n: p.grad.full_tensor() for n, p in model.named_parameters()}
+    train.clip_and_step(model, opt, cfg, 1e-2)
+    params = {n: p.full_tensor().detach() for n, p in model.named_parameters()}
     if rank == 0:
-        torch.save({"stats": stats, "grads": grads, "logp_gap": logp_gap, "passes": passes, "live": live}, out)
-    del model, grads                # see the end of train.main: free the device mesh first
+        torch.save({"stats": stats, "grads": grads, "params": params, "logp_gap": logp_gap, "passes": len(batches),
+                    "live": live, "skipped": skipped}, out)
+    del model, grads, opt           # see the end of train.main: free the device mesh first
     gc.collect()
     torch.distributed.barrier()
     torch.distributed.destroy_process_group()
@@ -72,4 +90,4 @@ def main(out, micro_batch_size, loss, share_prompts, micro_batch_tokens=0):
 
 if __name__ == "__main__":
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    main(sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4] == "shared", int(sys.argv[5]) if len(sys.argv) > 5 else 0)
+    main(sys.argv[1], **dict(a.split("=", 1) for a in sys.argv[2:]))
