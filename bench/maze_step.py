@@ -1,15 +1,18 @@
 """
 The maze RL step timed end to end: `train.py --task maze` with the README's maze flags (32 prompts x
-N = 8, one mini-batch, --share_prompts true) in this tree and in a reference commit, in the same run.
+N = 8, one mini-batch, --share_prompts true) in this tree and in a reference commit, in the same run,
+from one or more starting points (--models: the SFT warm start, where most groups are mixed, and a
+late GRPO checkpoint, where ~80% of groups carry no signal and --skip_dead_groups skips them).
 
-    python bench/maze_step.py --model out/maze_sft                       # vs e7e5125, main before issue 13
-    python bench/maze_step.py --model out/maze_sft --ref HEAD~5 --steps 6 --threads 1
-    python bench/maze_step.py --model out/maze_sft --profile true        # where the time goes, this tree
+    python bench/maze_step.py --models out/maze_sft,out/maze_long/N8_g0_s0/step_000300   # vs ace3d8d
+    python bench/maze_step.py --models out/maze_sft --ref HEAD~5 --steps 6 --threads 1
+    python bench/maze_step.py --models out/maze_sft --profile true       # where the time goes, this tree
 
 The reference is a git worktree of --ref (made under a temp dir, removed after). Both trees run the
 same flags for --steps steps, alternately, --repeats times each; the first step of every run (warm-up)
-is dropped and the rest are read from metrics.jsonl. Both train on the walk reward (the reference
-knows no other), so they do the same work. Printed per tree: seconds per step split into rollout and
+is dropped and the rest are read from metrics.jsonl. Both run the same flags, so they sample the
+same rollouts from the same weights; the first timed step's reward must agree exactly and its
+gradient norm to float rounding (printed: the update is the same, only cheaper). Printed per tree: seconds per step split into rollout and
 update, response tokens per second, the update's GFLOP/s (6 x parameters x tokens through the model,
 prompts included; attention's own FLOPs left out) beside a plain fp32 matmul's GFLOP/s measured in
 this process with the same threads, and the ratio this tree / reference. --profile true instead
@@ -17,7 +20,7 @@ profiles one rollout and one update of this tree with torch.profiler, by kind of
 profile the reference, copy this file into a worktree of it and run it there:
 
     git worktree add /tmp/ref e7e5125 && cp bench/maze_step.py /tmp/ref/bench/ && \
-        (cd /tmp/ref && python bench/maze_step.py --model $PWD/out/maze_sft --profile true)
+        (cd /tmp/ref && python bench/maze_step.py --models $PWD/out/maze_sft --profile true)
 The machine is shared and noisy: read the ratios of one run, not absolute times across runs.
 """
 import json
@@ -40,8 +43,9 @@ from common import check, check_min, check_pretrained, parse_config  # noqa: E40
 
 @dataclass
 class Config:
-    model: str = "out/maze_sft"     # a maze SFT checkpoint (python maze.py)
-    ref: str = "e7e5125"            # the reference commit (main before the speed work of issue 13)
+    models: str = "out/maze_sft"    # comma-separated maze checkpoints to start from (maze.py's, or a
+                                    # train.py export of a maze run: it keeps sft.json)
+    ref: str = "ace3d8d"            # the reference commit (main before --skip_dead_groups)
     steps: int = 4                  # RL steps per run; the first is warm-up and not counted
     repeats: int = 2                # runs per tree, alternating
     threads: int = 2                # torch threads of each run (runs never overlap)
@@ -52,25 +56,26 @@ class Config:
     def __post_init__(self):
         check_min(self, 2, "steps", "group_size")
         check_min(self, 1, "repeats", "threads", "prompts")
-        check_pretrained(self.model, "--model")
-        check((Path(self.model) / "sft.json").is_file(), f"--model {self.model}: not a maze.py checkpoint")
+        for model in self.models.split(","):
+            check_pretrained(model, "--models")
+            check((Path(model) / "sft.json").is_file(), f"--models {model}: not a maze checkpoint (no sft.json)")
 
 
-def train_flags(cfg, out_dir):
+def train_flags(cfg, model, out_dir):
     """The README's maze RL flags, understood by the reference's train.py too."""
-    return ["--task", "maze", "--model", str(Path(cfg.model).resolve()), "--device", "cpu", "--lr", "1e-4",
+    return ["--task", "maze", "--model", str(Path(model).resolve()), "--device", "cpu", "--lr", "1e-4",
             "--prompts_per_step", str(cfg.prompts), "--mini_batch_prompts", str(cfg.prompts), "--warmup_steps", "0",
             "--group_size", str(cfg.group_size), "--micro_batch_size", "64", "--share_prompts", "true",
             "--steps", str(cfg.steps), "--save_every", "100000", "--eval_mazes", "0", "--sample_every", "0",
             "--threads", str(cfg.threads), "--out_dir", str(out_dir)]
 
 
-def run_train(tree, cfg, extra):
-    """One train.py run in `tree`; its metrics per step after the first."""
+def run_train(tree, cfg, model):
+    """One train.py run in `tree` from `model`; its metrics per step after the first."""
     with tempfile.TemporaryDirectory() as tmp:
         env = {**os.environ, "OMP_NUM_THREADS": str(cfg.threads), "TRANSFORMERS_VERBOSITY": "error",
                "HF_HUB_OFFLINE": "1"}
-        r = subprocess.run([sys.executable, "train.py", *train_flags(cfg, Path(tmp) / "run"), *extra], cwd=tree,
+        r = subprocess.run([sys.executable, "train.py", *train_flags(cfg, model, Path(tmp) / "run")], cwd=tree,
                            env=env, capture_output=True, text=True)
         if r.returncode:
             sys.exit(f"train.py failed in {tree}:\n{r.stderr[-3000:]}")
@@ -107,10 +112,11 @@ def profile(cfg):
     torch.set_num_threads(cfg.threads)
     tok = maze.build_tokenizer()
     use_attention = getattr(rollout, "use_attention", lambda m: m)      # a reference tree may predate it
-    model = use_attention(maze.AutoModelForCausalLM.from_pretrained(cfg.model))
+    path = cfg.models.split(",")[0]
+    model = use_attention(maze.AutoModelForCausalLM.from_pretrained(path))
     engine = rollout.TorchEngine(maze.build_model().eval(), maze.PAD)
     engine.model.load_state_dict(model.state_dict())
-    size = maze.checkpoint_size(cfg.model)
+    size = maze.checkpoint_size(path)
     grids = maze.train_mazes(size, cfg.prompts, random.Random(0))
     prompts = maze.encode(tok, [maze.prompt_text(g) for g in grids])
     kinds = {"matmul": ("mm", "addmm", "bmm", "matmul", "linear"), "attention": ("scaled_dot_product",),
@@ -160,31 +166,42 @@ def main(cfg):
     if cfg.profile:
         return profile(cfg)
     params = sum(p.numel() for p in maze.build_model().parameters())
-    prompt_tokens = cfg.prompts * maze.prompt_len(maze.checkpoint_size(cfg.model))
+    models = cfg.models.split(",")
     with tempfile.TemporaryDirectory() as tmp:
         ref_tree = Path(tmp) / "ref"
         subprocess.run(["git", "worktree", "add", "--detach", str(ref_tree), cfg.ref], cwd=ROOT, check=True,
                        capture_output=True)
         try:
-            runs = {"reference": [], "this tree": []}
+            runs = {(m, name): [] for m in models for name in ("reference", "this tree")}
             for _ in range(cfg.repeats):
-                runs["reference"] += run_train(ref_tree, cfg, [])
-                runs["this tree"] += run_train(ROOT, cfg, ["--maze_reward", "walk"])
+                for m in models:
+                    runs[m, "reference"] += run_train(ref_tree, cfg, m)
+                    runs[m, "this tree"] += run_train(ROOT, cfg, m)
         finally:
             subprocess.run(["git", "worktree", "remove", "--force", str(ref_tree)], cwd=ROOT, capture_output=True)
     peak = matmul_gflops(cfg.threads)
-    res = {name: summarize(steps, params, prompt_tokens) for name, steps in runs.items()}
     print(f"maze RL step, {cfg.prompts} prompts x N = {cfg.group_size}, {cfg.threads} threads, "
-          f"{cfg.repeats} x {cfg.steps - 1} timed steps per tree, reference {cfg.ref}")
-    print(f"{'':12s} {'step s':>7s} {'rollout s':>9s} {'update s':>8s} {'resp tok':>8s} {'tok/s':>7s} "
-          f"{'update GFLOP/s':>14s} {'of matmul peak':>14s}")
-    for name, r in res.items():
-        print(f"{name:12s} {r['step']:7.2f} {r['rollout']:9.2f} {r['train']:8.2f} {r['tokens']:8.0f} "
-              f"{r['tok_per_s']:7.0f} {r['update_gflops']:14.1f} {100 * r['update_gflops'] / peak:13.0f}%")
+          f"{cfg.repeats} x {cfg.steps - 1} timed steps per tree and start, reference {cfg.ref}")
+    for m in models:
+        prompt_tokens = cfg.prompts * maze.prompt_len(maze.checkpoint_size(m))
+        res = {name: summarize(runs[m, name], params, prompt_tokens) for name in ("reference", "this tree")}
+        new_steps, ref_steps = runs[m, "this tree"], runs[m, "reference"]
+        dead = statistics.mean(s["groups/all_correct"] + s["groups/all_wrong"] for s in new_steps)
+        print(f"\nfrom {m}: {100 * dead:.0f}% of groups without signal")
+        print(f"{'':12s} {'step s':>7s} {'rollout s':>9s} {'update s':>8s} {'resp tok':>8s} {'tok/s':>7s} "
+              f"{'update GFLOP/s':>14s} {'of matmul peak':>14s}")
+        for name, r in res.items():
+            print(f"{name:12s} {r['step']:7.2f} {r['rollout']:9.2f} {r['train']:8.2f} {r['tokens']:8.0f} "
+                  f"{r['tok_per_s']:7.0f} {r['update_gflops']:14.1f} {100 * r['update_gflops'] / peak:13.0f}%")
+        new, ref = res["this tree"], res["reference"]
+        # the first timed step of the first run of each tree: same weights, same rollouts
+        same_reward = new_steps[0]["reward/mean"] == ref_steps[0]["reward/mean"]
+        gnorm = abs(new_steps[0]["grad_norm"] - ref_steps[0]["grad_norm"]) / max(ref_steps[0]["grad_norm"], 1e-12)
+        print(f"ratio this tree / reference: response tok/s {new['tok_per_s'] / ref['tok_per_s']:.2f}x | "
+              f"rollout {ref['rollout'] / new['rollout']:.2f}x faster | update {ref['train'] / new['train']:.2f}x "
+              f"faster | first step: reward {'identical' if same_reward else 'DIFFERENT'}, grad norm rel. "
+              f"difference {gnorm:.1e}")
     print(f"plain fp32 matmul: {peak:.1f} GFLOP/s")
-    new, ref = res["this tree"], res["reference"]
-    print(f"ratio this tree / reference: response tok/s {new['tok_per_s'] / ref['tok_per_s']:.2f}x | "
-          f"rollout {ref['rollout'] / new['rollout']:.2f}x faster | update {ref['train'] / new['train']:.2f}x faster")
 
 
 if __name__ == "__main__":
