@@ -276,6 +276,8 @@ def atomic_dir(path, write):
     try:
         write(tmp)
         mark_out_dir(tmp, os.listdir(tmp))
+        for f in Path(tmp).rglob("*"):                   # save_pretrained writes model.safetensors 0600
+            os.chmod(f, 0o755 if f.is_dir() else 0o644)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

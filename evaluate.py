@@ -160,7 +160,10 @@ class Config:
                   "checkpoint, and selection.json)")
         else:
             check(self.mode == "report" or self.out.endswith(".json"), f"--out {self.out}: expected a .json name")
+        # a selection may be rewritten over the glob that found it (it is no candidate); a result may not
+        inputs = {Path(f).resolve() for f in self.inputs if not (self.mode == "select" and is_selection_file(f))}
         for f in outputs(self):
+            check(f.resolve() not in inputs, f"--out {self.out}: {f} is one of --inputs; write it elsewhere")
             check(not f.exists() or (f.is_file() and written_by_us(f)),
                   f"--out {self.out}: {f} exists and evaluate.py did not write it; choose another --out")
             check_writable(f.parent, "--out")
@@ -467,6 +470,13 @@ def plot(results, labels, path):
 def is_selection(r):
     """Whether a loaded JSON is a selection (write_selection) rather than a result."""
     return "best" in r and "candidates" in r
+
+
+def is_selection_file(path):
+    try:
+        return is_selection(json.loads(Path(path).read_text()))
+    except (OSError, ValueError, TypeError):
+        return False
 
 
 def result_label(path):

@@ -380,8 +380,11 @@ def load_jsonl(path, required=("problem", "answer")):
                 if key in ("problem", "answer") and isinstance(value, int) and not isinstance(value, bool):
                     value = row[key] = str(value)
                 text_field = key in ("problem", "answer")
-                if value is None or (text_field and not (isinstance(value, str) and value.strip())):
+                if value is None or (text_field and isinstance(value, str) and not value.strip()):
                     raise ValueError(f"{where}: missing or empty field {key!r}")
+                if text_field and not isinstance(value, str):   # 0.5 or [1, 2]: a float would lose digits
+                    raise ValueError(f"{where}: field {key!r} is a {type(value).__name__} ({json.dumps(value)[:40]}); "
+                                     "write it as a string (an integer is accepted too)")
             rows.append(row)
     return rows
 

@@ -30,6 +30,7 @@ Deviations and choices where the paper is silent (PAPER.md §10):
    on-policy, so we reuse the first forward pass (ratio == 1) instead of a second one.
 5) "dapo" is GRPO + clip-higher (0.2/0.28) + token-mean: no dynamic sampling, no overlong shaping.
 """
+import fcntl
 import gc
 import importlib.util
 import json
@@ -62,7 +63,7 @@ import reward
 from advantage import (CLIP_EPS, LOSS_AGG, aggregate, clip_bounds, ds_grpo_advantages, focal_advantages,
                        group_advantages, kl_k3, ks_up_to, pass_at_k_table, policy_loss, token_mean)
 from common import (MARKER, atomic_dir, atomic_write_json, atomic_write_text, check, check_min,
-                    check_out_dir, check_positive, check_pretrained, check_utf8, mark_out_dir, parse_config,
+                    check_out_dir, check_positive, check_pretrained, check_utf8, parse_config,
                     refuse, remove_temp, replace_dir)
 from rollout import (Rollouts, completion_logp, make_engine, mix_seed, pack, policy_logp, register_policy_forward,
                      sync_weights, use_attention)
@@ -226,7 +227,7 @@ def device_type(cfg):
 # What train.py writes in --out_dir; a folder holding anything else is refused (common.check_out_dir).
 # The last two are glob patterns: the exports epoch_E (math, at every epoch's end) and step_NNNNNN
 # (--export_every), each a Hugging Face model folder like final (see export_names).
-TRAIN_OUTPUTS = ("run.json", "metrics.jsonl", "ckpt", "final", "wandb", "epoch_[0-9]*", "step_[0-9]*")
+TRAIN_OUTPUTS = ("run.json", "metrics.jsonl", "ckpt", "final", "wandb", "epoch_[0-9]*", "step_[0-9]*", ".train.lock")
 # Flags a resumed run may change: how the same experiment runs, is logged and is evaluated. Any other
 # difference from the checkpoint's config (gamma, lr, loss, model, data, seed, batch, ...) is refused.
 RESUME_MAY_CHANGE = ("steps", "save_every", "eval_every", "eval_mazes", "eval_samples", "sample_every",
@@ -882,7 +883,7 @@ def check_run(cfg, world, out):
     """Refuse, in one line, what only shows once we know the world size and the output folder;
     then tidy what killed runs left. Returns (checkpoint folder to resume from or None, its meta).
     The global batch is fixed by config; the world size only changes each rank's share."""
-    problems = []
+    problems = lock_out_dir(out) if dist.get_rank() == 0 else []   # first: "in use" says the most
     if cfg.prompts_per_step % world:
         problems.append(f"--prompts_per_step {cfg.prompts_per_step} must be divisible by the world size {world}")
     if cfg.mini_batch_prompts % world:
@@ -891,9 +892,16 @@ def check_run(cfg, world, out):
     if not cfg.resume and (step_folders(ckpt_root) or (ckpt_root / "latest").exists() or exports):
         problems.append(f"--out_dir {out} holds checkpoints or exports of an earlier run: pass --resume true, "
                         "or choose another --out_dir")
-    if (out / "final" / MARKER).exists():            # the export at the end will replace it: ours only
+    final = out / "final"                            # the export at the end replaces it: ours only
+    if final.is_symlink() or (final.exists() and not final.is_dir()):
+        problems.append(f"--out_dir {out}: 'final' is {'a symlink' if final.is_symlink() else 'a file'}, not an "
+                        "export of ours, and the run would end by replacing it; move it away")
+    elif final.is_dir() and not (final / MARKER).exists():
+        problems.append(f"--out_dir {out}: holds a folder 'final' that we did not write (no {MARKER}); move it "
+                        "away or choose another --out_dir")
+    elif final.is_dir():
         try:
-            check_out_dir(out / "final", "--out_dir")
+            check_out_dir(final, "--out_dir")
         except ValueError as e:
             problems.append(str(e))
     ckpt, meta, skipped = find_checkpoint(ckpt_root) if cfg.resume else (None, None, [])
@@ -909,9 +917,11 @@ def check_run(cfg, world, out):
             continue
         if resume_conflicts(saved, cfg):
             problems.append(conflict_message(folder, resume_conflicts(saved, cfg)))
-    if problems:
+    first = [problems[0] if problems else None]        # the lock is rank 0's: all ranks follow its answer
+    dist.broadcast_object_list(first, src=0)
+    if first[0]:
         dist.destroy_process_group()
-        refuse(problems[0])                            # as for a bad flag (common.parse_config)
+        refuse(first[0])                               # as for a bad flag (common.parse_config)
     if dist.get_rank() == 0:
         if skipped:
             print(f"warning: skipped damaged checkpoint(s) {', '.join(skipped)}; resuming from "
@@ -928,9 +938,34 @@ def remove_killed_saves(out, ckpt_root):
         if re.fullmatch(r"\.step_\d+\.(tmp|old)", p.name):
             shutil.rmtree(p)
     remove_temp(out, (), TRAIN_OUTPUTS)
-    final = out / "final"
-    if final.is_dir() and not (final / MARKER).exists():  # exported before markers existed: it is ours
-        mark_out_dir(final, os.listdir(final))
+
+
+LOCK = ".train.lock"
+_lock = None                  # the open lock file: held while this process lives
+
+
+def lock_out_dir(out):
+    """Take an OS lock on out_dir/.train.lock for this run's lifetime (rank 0), so that a second
+    train.py on the same folder, fresh or --resume, is refused at once instead of interleaving its
+    metrics and checkpoints with ours. The kernel drops the lock when the process dies, however it
+    dies, so a killed run never blocks its own resume. Returns [problem] or []."""
+    global _lock
+    out.mkdir(parents=True, exist_ok=True)
+    f = open(out / LOCK, "a+")
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        f.seek(0)
+        holder = f.read().strip() or "another process"
+        f.close()
+        return [f"--out_dir {out} is in use by another train.py run ({holder}); wait for it to end or choose "
+                "another --out_dir"]
+    f.seek(0)
+    f.truncate()
+    f.write(f"pid {os.getpid()} on {socket.gethostname()}\n")
+    f.flush()
+    _lock = f
+    return []
 
 
 @dataclass

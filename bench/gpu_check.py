@@ -89,6 +89,8 @@ class Config:
             check_positive(self, "peak_tflops")
         if self.out:
             check_writable(Path(self.out).parent, "--out")
+            check(not Path(self.out).exists() or ours(self.out),
+                  f"--out {self.out}: exists and gpu_check.py did not write it; choose another --out")
 
 
 # Shapes. Qwen2.5-1.5B's published config.json (the 1.5B model is what fits the 8-minute budget and
@@ -102,6 +104,16 @@ TINY_LLM = dict(vocab_size=4096, hidden_size=64, intermediate_size=128, num_hidd
 TINY = dict(prompts=4, group_size=4, prompt_len=16, max_new_tokens=8, maze_size=7, maze_prompts=8)
 # Dense bf16 tensor-core peaks, TFLOP/s, by a substring of torch.cuda.get_device_name (first match).
 PEAK_TFLOPS = (("H100 PCIe", 756.0), ("H100", 989.0), ("H200", 989.0), ("A100", 312.0))
+
+
+WRITTEN_BY = "fgrpo bench/gpu_check.py"      # the mark of our --out files: only those are replaced
+
+
+def ours(path):
+    try:
+        return json.loads(Path(path).read_text()).get("written_by") == WRITTEN_BY
+    except (OSError, ValueError, AttributeError):
+        return False
 
 
 def random_loader(shape, device):
@@ -278,7 +290,7 @@ def main(cfg):
                       replace(task, stop_token_ids=[]), maze.PAD, device, clock, t_start + cfg.budget_s)
     for f in (llm, mz):
         f["mfu"] = f["update_tflop_s"] / peak if peak else None
-    report = {"config": asdict(cfg), "device": gpu, "torch": torch.__version__, "transformers": transformers.__version__,
+    report = {"written_by": WRITTEN_BY, "config": asdict(cfg), "device": gpu, "torch": torch.__version__, "transformers": transformers.__version__,
               "peak_tflops": peak, "peak_source": peak_source, "total_s": time.perf_counter() - t_start,
               "llm_shape": ("tiny 2-layer Qwen2" if cfg.tiny else "Qwen2.5-1.5B shape") + ", random init, "
                            + ("bf16 compute, fp32 master" if device.type == "cuda" else "fp32"),

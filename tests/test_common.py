@@ -133,3 +133,19 @@ def test_parse_config_errors_are_one_line_and_exit_2(argv, capsys):
         parse_config(Small, argv)
     err = capsys.readouterr().err
     assert e.value.code == 2 and len(err.strip().splitlines()) == 1 and argv[0] in err, err
+
+
+def test_atomic_dir_leaves_shareable_files(tmp_path):
+    """save_pretrained writes model.safetensors 0600; a folder made to be shared gets 0644 files."""
+    import os
+    from common import atomic_dir
+
+    def write(tmp):
+        (tmp / "sub").mkdir()
+        for f in (tmp / "model.safetensors", tmp / "sub" / "x"):
+            f.write_text("w")
+            os.chmod(f, 0o600)
+    atomic_dir(tmp_path / "out", write)
+    for f in (tmp_path / "out" / "model.safetensors", tmp_path / "out" / "sub" / "x"):
+        assert f.stat().st_mode & 0o777 == 0o644
+    assert (tmp_path / "out").stat().st_mode & 0o777 == 0o755

@@ -317,6 +317,9 @@ def test_selection_takes_the_baseline_best_then_the_focal_best_within_its_comput
     again = evaluate.main(evaluate.Config(mode="select", inputs=(*fgrpo, str(tmp_path / "free.json")),
                                           out=str(tmp_path / "free.json")))     # a glob over a folder with its selection
     assert len(again["candidates"]) == 4
+    with pytest.raises(SystemExit) as e:                         # a result as --out: refused, not overwritten
+        evaluate.parse_config(evaluate.Config, ["--mode", "select", "--inputs", *fgrpo, "--out", fgrpo[0]])
+    assert e.value.code == 2 and json.loads(open(fgrpo[0]).read())["config"]
     sel = evaluate.main(evaluate.Config(mode="select", inputs=(*fgrpo, base), baseline=str(tmp_path / "grpo" / "selection.json"),
                                         out=str(tmp_path / "fgrpo" / "selection.json")))
     assert sel["best"]["model"] == "out/fgrpo/epoch_2" and sel["max_rollouts"] == 300 * 256 * 8

@@ -57,3 +57,16 @@ def test_peak_comes_from_the_gpu_name_or_the_flag():
     names = {"NVIDIA H200": 989.0, "NVIDIA H100 80GB HBM3": 989.0, "NVIDIA H100 PCIe": 756.0, "NVIDIA A100-SXM4-80GB": 312.0}
     for name, tflops in names.items():
         assert next(t for key, t in gpu_check.PEAK_TFLOPS if key in name) == tflops
+
+
+def test_out_replaces_only_our_own_report(tmp_path):
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("gpu_check", ROOT / "bench" / "gpu_check.py")
+    gpu_check = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gpu_check)
+    mine = tmp_path / "mine.json"
+    mine.write_text('{"config": {}, "notes": "mine"}')
+    with pytest.raises(ValueError, match="gpu_check.py did not write it"):
+        gpu_check.Config(out=str(mine))
+    mine.write_text(json.dumps({"written_by": gpu_check.WRITTEN_BY}))
+    gpu_check.Config(out=str(mine))                               # ours: may be replaced

@@ -230,6 +230,10 @@ def test_load_jsonl_errors_name_file_and_line(tmp_path):
         reward.load_jsonl(p)
     p.write_text('{"problem": "1+1", "answer": 2}\n')
     assert reward.load_jsonl(p)[0]["answer"] == "2"
+    for bad, kind in (('0.5', "float"), ('[1, 2]', "list"), ('true', "bool"), ('{"a": 1}', "dict")):
+        p.write_text('{"problem": "1+1", "answer": "2"}\n{"problem": "x", "answer": %s}\n' % bad)
+        with pytest.raises(ValueError, match=f"{p}:2: field 'answer' is a {kind} .*write it as a string"):
+            reward.load_jsonl(p)
 
 
 @pytest.fixture(scope="module")

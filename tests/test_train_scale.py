@@ -8,8 +8,10 @@ peaks are in test_memory.py.
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -306,3 +308,63 @@ def test_a_kl_or_entropy_run_skips_nothing():
     assert train.live_rows(small_cfg(), A) == [4, 5, 6, 7]
     for kw in ({"kl_coef": 1e-3}, {"entropy_coef": 1e-3}, {"skip_dead_groups": False}):
         assert train.live_rows(small_cfg(**kw), A) == list(range(8)), kw
+
+
+# -----------------------------------------------------------------------------
+# What is not ours in --out_dir, and two runs on one folder
+
+def tiny_math(data, out, *extra):
+    return [sys.executable, "train.py", "--device", "cpu", "--threads", "1", "--task", "math", "--model", "tiny",
+            "--tokenizer", str(data / "tokenizers" / "qwen2.5"), "--data", str(data / "train" / "deepscaler_partial.jsonl"),
+            "--prompts_per_step", "2", "--mini_batch_prompts", "1", "--group_size", "2", "--max_response_len", "4",
+            "--sample_every", "0", "--out_dir", str(out), *extra]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["folder", "file", "symlink"])
+def test_a_final_that_is_not_ours_is_refused_before_any_work(data, tmp_path, kind):
+    """A user's folder (or file, or symlink to a folder) named final in --out_dir: refused at start-up,
+    exit 2 in one line, and left as it was (a marker-less final used to be adopted, then replaced)."""
+    out, mine = tmp_path / "o", tmp_path / "mine"
+    out.mkdir()
+    mine.mkdir()
+    (mine / "notes.txt").write_text("mine")
+    if kind == "folder":
+        (out / "final").mkdir()
+        (out / "final" / "notes.txt").write_text("mine")
+    elif kind == "file":
+        (out / "final").write_text("mine")
+    else:
+        (out / "final").symlink_to(mine, target_is_directory=True)
+    r = subprocess.run(tiny_math(data, out, "--steps", "1"), cwd=ROOT, env=ENV, capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "final" in r.stderr, r.stderr
+    assert "step 1/" not in r.stdout                                       # no step ran
+    if kind == "folder":
+        assert os.listdir(out / "final") == ["notes.txt"]
+    elif kind == "file":
+        assert (out / "final").read_text() == "mine"
+    assert os.listdir(mine) == ["notes.txt"]
+
+
+@pytest.mark.slow
+def test_a_second_run_on_a_folder_in_use_is_refused_and_a_killed_run_resumes(data, tmp_path):
+    out = tmp_path / "o"
+    first = subprocess.Popen(tiny_math(data, out, "--steps", "200", "--save_every", "1"), cwd=ROOT, env=ENV,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + 300
+        while not list((out / "ckpt").glob("step_*")) and first.poll() is None and time.time() < deadline:
+            time.sleep(0.2)
+        assert first.poll() is None, first.stderr.read()[-2000:]
+        for extra in ([], ["--resume", "true"]):                # fresh or resume: both refused while it runs
+            r = subprocess.run(tiny_math(data, out, "--steps", "3", *extra), cwd=ROOT, env=ENV, capture_output=True,
+                               text=True, timeout=300)
+            assert r.returncode == 2 and "in use by another train.py run (pid" in r.stderr, (extra, r.stderr)
+    finally:
+        first.send_signal(signal.SIGKILL)
+        first.wait()
+    done = max(int(p.name[5:]) for p in (out / "ckpt").glob("step_*"))
+    r = subprocess.run(tiny_math(data, out, "--steps", str(done + 1), "--resume", "true"), cwd=ROOT, env=ENV,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and f"resumed from step {done}" in r.stdout, r.stderr[-2000:]
