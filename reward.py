@@ -368,7 +368,7 @@ def load_jsonl(path, required=("problem", "answer")):
         for lineno, raw in enumerate(f, 1):
             where = f"{path}:{lineno}"
             try:
-                row = json.loads(raw.decode("utf-8"))
+                row = json.loads(raw.decode("utf-8-sig" if lineno == 1 else "utf-8"))   # a BOM is no error
             except UnicodeDecodeError as e:
                 raise ValueError(f"{where}: not UTF-8 (byte {raw[e.start]:#04x} at column {e.start + 1})") from None
             except json.JSONDecodeError as e:

@@ -63,7 +63,7 @@ import reward
 from advantage import (CLIP_EPS, LOSS_AGG, aggregate, clip_bounds, ds_grpo_advantages, focal_advantages,
                        group_advantages, kl_k3, ks_up_to, pass_at_k_table, policy_loss, token_mean)
 from common import (MARKER, atomic_dir, atomic_write_json, atomic_write_text, check, check_min,
-                    check_out_dir, check_positive, check_pretrained, check_utf8, parse_config,
+                    check_out_dir, check_positive, check_pretrained, parse_config,
                     refuse, remove_temp, replace_dir)
 from rollout import (Rollouts, completion_logp, make_engine, mix_seed, pack, policy_logp, register_policy_forward,
                      sync_weights, use_attention)
@@ -195,7 +195,9 @@ class Config:
                   "checkpoint), so no maze size; pass --maze_size")
         if self.task == "math" and not reward.is_hub_data(self.data):
             check(Path(self.data).is_file(), f"--data {self.data}: no such file")
-            check_utf8(self.data)
+            rows = reward.load_jsonl(self.data)          # file:line of the first bad row, before any work
+            check(len(rows) >= self.prompts_per_step, f"--data {self.data}: {len(rows)} problems, fewer than "
+                  f"--prompts_per_step {self.prompts_per_step}")
 
 
 def check_packages(cfg):

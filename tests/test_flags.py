@@ -193,7 +193,8 @@ def test_a_missing_package_is_refused_before_any_work(argv, package, pattern, tm
     """The headline command's default --data loads DeepScaleR through `datasets`, which no
     requirements file listed: a fresh GPU node stopped with a traceback after loading the model."""
     (tmp_path / "train.jsonl").write_text('{"problem": "1+1", "answer": "2"}\n')
-    local = [] if package == "datasets" else ["--data", str(tmp_path / "train.jsonl")]
+    local = [] if package == "datasets" else ["--data", str(tmp_path / "train.jsonl"), "--prompts_per_step", "1",
+                                              "--mini_batch_prompts", "1"]
     cfg = parse_config(train.Config, safe_argv("train", tmp_path) + local + argv)   # a Config builds without it
     find_spec = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == package else find_spec(name, *a))

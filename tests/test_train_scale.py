@@ -368,3 +368,30 @@ def test_a_second_run_on_a_folder_in_use_is_refused_and_a_killed_run_resumes(dat
     r = subprocess.run(tiny_math(data, out, "--steps", str(done + 1), "--resume", "true"), cwd=ROOT, env=ENV,
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0 and f"resumed from step {done}" in r.stdout, r.stderr[-2000:]
+
+
+@pytest.mark.parametrize("text,message", [
+    ('{"problem": "1+1", "answer": "2"}\n{"problem": "2+2", "answer": \n', r":2: bad JSON"),
+    ('{"problem": "1+1", "answer": 0.5}\n', r":1: field 'answer' is a float"),
+    ('', r"0 problems, fewer than --prompts_per_step 2"),
+    ('{"problem": "1+1", "answer": "2"}\n', r"1 problems, fewer than --prompts_per_step 2")])
+def test_training_data_is_checked_with_the_flags(tmp_path, capsys, text, message):
+    """Bad --data stops the run before any model is built: exit 2, one line, file:line."""
+    data = tmp_path / "d.jsonl"
+    data.write_text(text)
+    from common import parse_config
+    (tmp_path / "tok").mkdir()
+    (tmp_path / "tok" / "tokenizer_config.json").write_text("{}")         # the check looks for the file only
+    with pytest.raises(SystemExit) as e:
+        parse_config(train.Config, ["--model", "tiny", "--tokenizer", str(tmp_path / "tok"), "--data", str(data),
+                                    "--prompts_per_step", "2", "--mini_batch_prompts", "1",
+                                    "--out_dir", str(tmp_path / "run")])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and len(err.strip().splitlines()) == 1 and re.search(message, err), err
+
+
+def test_a_bom_is_not_an_error(tmp_path):
+    import reward
+    data = tmp_path / "d.jsonl"
+    data.write_bytes(b'\xef\xbb\xbf{"problem": "1+1", "answer": "2"}\n')
+    assert reward.load_jsonl(data)[0]["answer"] == "2"
