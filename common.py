@@ -96,6 +96,14 @@ def check_positive(cfg, *names):
         check(0 < value < math.inf, f"--{name} {value}: must be > 0 and finite")
 
 
+def check_device(device, flag="--device"):
+    """A CUDA device asked for must be one this torch can see: a CPU-only build would otherwise fail
+    with a traceback deep in the first .to(device)."""
+    import torch
+    check(not str(device).startswith("cuda") or torch.cuda.is_available(),
+          f"{flag} {device}: this torch ({torch.__version__}) sees no CUDA device; use --device cpu")
+
+
 def check_utf8(path):
     """Raise ValueError('file:line: ...') at the first line of a text file that is not UTF-8.
     Python's own error names a byte offset in a read buffer, which no one can find in the file."""

@@ -53,8 +53,8 @@ import numpy as np
 import ood
 import reward
 from advantage import ks_up_to, pass_at_k_curve, pass_at_k_table
-from common import (atomic_write_json, atomic_write_text, check, check_min, check_positive, check_pretrained,
-                    check_utf8, check_writable, data_dir, parse_config, refuse, remove_temp)
+from common import (atomic_write_json, atomic_write_text, check, check_device, check_min, check_positive,
+                    check_pretrained, check_utf8, check_writable, data_dir, parse_config, refuse, remove_temp)
 
 # name -> (file under data_dir()/eval, task). Table 1 orders them as MATH then OOD.
 BENCHMARKS = {
@@ -125,6 +125,7 @@ class Config:
         check(0 < self.rare_frac <= 1, f"--rare_frac {self.rare_frac}: must be in (0, 1]")
         check(self.family in ("auto", *reward.FAMILIES), f"--family {self.family!r}: unknown")
         check(self.device == "cpu" or self.device.startswith("cuda"), f"--device {self.device!r}: expected cpu or cuda[:N]")
+        check_device(self.device)
         check(self.engine in ("torch", "vllm"), f"--engine {self.engine!r}: expected torch or vllm")
         check(self.maze_reward in ("strict", "walk"), f"--maze_reward {self.maze_reward!r}: expected strict or walk")
         check(self.mode != "compare" or len(self.inputs) == 2, "--inputs: compare needs exactly two result files")

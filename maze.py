@@ -55,7 +55,8 @@ from transformers import (AutoModelForCausalLM, GenerationConfig, PreTrainedToke
 
 import rollout
 from advantage import pass_at_k_curve
-from common import Task, atomic_dir, atomic_write_json, check, check_min, check_out_dir, check_positive, parse_config
+from common import (Task, atomic_dir, atomic_write_json, check, check_device, check_min, check_out_dir, check_positive,
+                    parse_config)
 
 # -----------------------------------------------------------------------------
 # Mazes: a (2k+1) x (2k+1) grid, border walls, "rooms" at odd coordinates (PAPER §6.2)
@@ -446,6 +447,7 @@ class Config:
         check(self.maze_reward in RULES, f"--maze_reward {self.maze_reward!r}: expected one of {RULES}")
         check(self.device == "auto" or self.device == "cpu" or self.device.startswith("cuda"),
               f"--device: expected auto, cpu or cuda[:N], got {self.device!r}")
+        check_device(self.device)
         if self.show_seed < 0:                        # --show_seed only prints
             check_out_dir(self.out_dir)
 

@@ -62,7 +62,7 @@ import memory
 import reward
 from advantage import (CLIP_EPS, LOSS_AGG, aggregate, clip_bounds, ds_grpo_advantages, focal_advantages,
                        group_advantages, kl_k3, ks_up_to, pass_at_k_table, policy_loss, token_mean)
-from common import (MARKER, atomic_dir, atomic_write_json, atomic_write_text, check, check_min,
+from common import (MARKER, atomic_dir, atomic_write_json, atomic_write_text, check, check_device, check_min,
                     check_out_dir, check_positive, check_pretrained, parse_config,
                     refuse, remove_temp, replace_dir)
 from rollout import (Rollouts, completion_logp, make_engine, mix_seed, pack, policy_logp, register_policy_forward,
@@ -205,8 +205,10 @@ def check_packages(cfg):
     is not installed (or a GPU this torch cannot see); the line names the flag and the fix. Not part of
     Config.__post_init__: a Config must build where these are missing (bench/gpu_check.py builds one on
     a GPU image without them)."""
-    if cfg.device == "cuda" and not torch.cuda.is_available():
-        refuse(f"--device cuda: this torch ({torch.__version__}) sees no CUDA device; use --device cpu")
+    try:
+        check_device(cfg.device)
+    except ValueError as e:
+        refuse(e)
     engine = memory.engine_kind(cfg, device_type(cfg))
     vllm_fix = ("needs vLLM: pip install -r requirements-gpu.txt" if cfg.engine == "vllm" else
                 "uses vLLM on CUDA, which is not installed: pip install -r requirements-gpu.txt, or pass "

@@ -54,7 +54,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import maze  # noqa: E402
 import memory  # noqa: E402
 import train  # noqa: E402
-from common import Task, atomic_write_json, check, check_min, check_positive, check_writable, parse_config  # noqa: E402
+from common import (Task, atomic_write_json, check, check_device, check_min, check_positive, check_writable,  # noqa: E402
+                    parse_config)
 from rollout import mix_seed, sync_weights  # noqa: E402
 
 
@@ -78,6 +79,7 @@ class Config:
 
     def __post_init__(self):
         check(self.device in ("auto", "cpu", "cuda"), f"--device {self.device!r}: expected auto, cpu or cuda")
+        check_device(self.device)
         check_min(self, 1, "steps", "prompts", "prompt_len", "max_new_tokens", "micro_batch_size", "maze_prompts",
                   "budget_s")
         check_min(self, 0, "threads", "seed", "peak_tflops")

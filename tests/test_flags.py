@@ -218,3 +218,17 @@ def test_resume_compares_a_flag_added_since_with_what_the_run_did(tmp_path):
     assert train.resume_conflicts(saved, cfg) == ["--maze_reward strict (was walk)"]
     assert train.resume_conflicts(saved, dataclasses.replace(cfg, maze_reward="walk")) == []
     assert train.resume_conflicts({**saved, "maze_reward": "strict"}, cfg) == []
+
+
+@pytest.mark.parametrize("script", ["train", "evaluate", "maze", "bench/gpu_check"])
+def test_cuda_on_a_cpu_only_torch_is_refused_in_one_line(script, tmp_path, monkeypatch, capsys):
+    import torch
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    argv = safe_argv(script, tmp_path) + ["--device", "cuda"]
+    if script == "train":                          # checked with the packages, before the process group
+        with pytest.raises(SystemExit) as e:
+            train.main(parse_config(train.Config, argv))
+        code, err = e.value.code, capsys.readouterr().err
+    else:
+        code, err = refusal(SCRIPTS[script], argv, capsys)
+    assert code == 2 and err.startswith("error: --device cuda: this torch") and len(err.strip().splitlines()) == 1, err
