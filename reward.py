@@ -75,10 +75,17 @@ FAMILIES = {
 
 _BOX = re.compile(r"\\(?:boxed|fbox)\s*\{")
 _ANSWER_IS = re.compile(r"(?i)answer\s*(?:is|:)\s*:?\s*([^\n]+)")
+_ANSWER_ANCHOR = re.compile(r"(?i)answer\s*(?:is|:)\s*:?\s*")
 # A sentence ends at white space after . ! or ? when a capital (or markdown ** or #) follows, or at a
 # line break before a capitalised word. Not inside "3.5", and not before "$$", "\\]" or "P = ..." on
 # the lines of a display, so "the answer is\n\\[\nP = \\frac34\n\\]" stays one sentence.
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z*#])|\n\s*(?=[A-Z][a-z]|\*\*|#)")
+# Where the answer phrase's own clause ends: at ", " / "; " before a word (not "(1, 2)" or "1, 000"),
+# before a connective that starts a justification or a check ("12, as 3 * 4 = 12 and 12 > 10", "7
+# because ...", "x = 3 since ..."), or at an opening parenthesis or a dash: "The answer is 12, as
+# 3 * 4 = 12 and 12 > 10." answers 12, not 10.
+_CLAUSE_END = re.compile(r"[,;]\s+(?=[A-Za-z]{2,})|\s+(?=(?:as|since|because|which|where|so|for|when|given|"
+                         r"and|but|while|if|thus|hence|i\.e\.|e\.g\.)\b)|\s+\(|\s+-{1,2}\s+", re.I)
 _E_NOTATION = re.compile(r"^\s*(-?\d+(?:\.\d*)?)\s*[eE]\s*([+-]?\d+)\s*$")
 
 
@@ -146,6 +153,18 @@ def phrase_answer(text):
     return ans or None
 
 
+def answer_clause(sentence):
+    """The sentence up to the end of its last answer phrase's own clause (_CLAUSE_END): what comes
+    after is a justification or a check, whose numbers math-verify's anchored patterns would
+    otherwise read as the answer."""
+    hits = list(_ANSWER_ANCHOR.finditer(sentence))
+    if not hits:
+        return sentence
+    start = hits[-1].end()                          # the last phrase: "3, and the answer is 4" -> 4
+    cut = _CLAUSE_END.search(sentence, start)
+    return sentence[:cut.start()] if cut else sentence
+
+
 def _as_box(ans):
     """ans as a box for math-verify, e-notation rewritten: 3.83e35 -> 3.83\\times10^{35} (choice 2)."""
     m = _E_NOTATION.match(ans)
@@ -171,6 +190,7 @@ def _parse(text):
         return _mv_parse(text, anchored=False)
     for sentence in reversed(_SENTENCE_END.split(text)):
         if "answer" in sentence.lower():            # the others cannot match: skip them cheaply
+            sentence = answer_clause(sentence)
             out, status = _mv_parse(sentence, anchored=True)
             ans = phrase_answer(sentence)
             if ans and (status == "unparseable" or _E_NOTATION.match(ans)):

@@ -75,6 +75,18 @@ NO_BOX_FIXED = [   # (completion, gold, correct): each was scored the other way 
     ("The answer is 3, and the answer is 4.", "4", True),                        # two phrases, one line: last
     ("The final answer is:\n\n$$\n\\frac{3}{4}\n$$", "3/4", True),               # a display after the phrase
     ("Therefore, the answer is\n\\[\nP = \\frac{3}{4}\n\\]", "3/4", True),        # ... is not a new sentence
+    # a clause or a check after the answer, in the same sentence: the phrase binds what follows it
+    ("The answer is 12, as 3 · 4 = 12 and 12 > 10.", "12", True),
+    ("The answer is 12, as 3 · 4 = 12 and 12 > 10.", "10", False),
+    ("The answer is 7 because 3 + 4 = 7 and 7 < 9.", "9", False),
+    ("The answer is 7 because 3 + 4 = 7 and 7 < 9.", "7", True),
+    ("The answer is 42 (since 6 × 7 = 42 > 40).", "40", False),
+    ("The answer is 42 (since 6 × 7 = 42 > 40).", "42", True),
+    ("So the answer is 3, which is less than 5.", "5", False),
+    ("So the answer is 3, which is less than 5.", "3", True),
+    ("The answer is $\\frac{1}{2}$, since 1/2 + 1/2 = 1.", "1/2", True),
+    ("The answer is 1,000, as 10^3 = 1000.", "1000", True),                      # a thousands comma stays
+    ("The answer is 3, and the answer is 4.", "3", False),                       # the last phrase's clause
 ]
 
 
