@@ -233,12 +233,13 @@ TINY = ["--task", "maze", "--prompts_per_step", "2", "--mini_batch_prompts", "1"
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory):
     """4 steps of maze RL from a random 3.9M policy, a checkpoint every step, --eval_mazes 0. Rewards
-    are all 0, but weight decay moves the weights, so the logged entropy checks what a resume restored."""
+    are all 0, but weight decay moves the weights, so the logged entropy checks what a resume restored.
+    All 4 checkpoints are kept (--keep_checkpoints 4) for the damage tests."""
     import maze
     root = tmp_path_factory.mktemp("tiny")
     torch.manual_seed(0)
     maze.save_checkpoint(maze.build_model(), maze.build_tokenizer(), root / "policy", {"config": {"size": 7}})
-    flags = train_cmd("--model", str(root / "policy"), *TINY)
+    flags = train_cmd("--model", str(root / "policy"), *TINY, "--keep_checkpoints", "4")
     r = subprocess.run(flags + ["--steps", "4", "--out_dir", str(root / "run")], cwd=ROOT, env=ENV,
                        capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stderr[-3000:]
