@@ -148,6 +148,17 @@ class Config:
                     check((Path(m) / "sft.json").is_file(), f"{flag} {m}: no sft.json, not a maze checkpoint")
         for f in self.inputs if self.mode in ("compare", "report", "select") else ():
             check(Path(f).is_file(), f"--inputs {f}: no such file")
+            if self.mode != "select" or not is_selection_file(f):
+                try:
+                    r = load_result(f)
+                    check(isinstance(r["config"], dict) and isinstance(r["benchmarks"], dict), "")
+                except (ValueError, KeyError, TypeError, AttributeError, RecursionError, OSError):
+                    raise ValueError(f"--inputs {f}: not a result of evaluate.py (no config and benchmarks)") from None
+        if self.mode == "compare":
+            ra, rb = (load_result(f) for f in self.inputs)
+            differ = score_differences([ra, rb])
+            check(not differ, "--inputs: A and B were scored under different settings (" + ", ".join(
+                f"{k} {ra['config'].get(k)} vs {rb['config'].get(k)}" for k in differ) + "); compare like with like")
         if self.baseline:
             check(Path(self.baseline).is_file(), f"--baseline {self.baseline}: no such file")
             baseline_rollouts(self.baseline)           # a bad one stops here, not after the evaluations
@@ -489,8 +500,20 @@ def result_label(path):
     return Path(path).stem
 
 
+# The settings that change a score besides the problems and n (checked per benchmark): results that
+# differ in one do not compare, and a report that mixes them says which is which.
+SCORE_SETTINGS = ("maze_reward", "temperature", "top_p", "top_k", "max_new_tokens", "family")
+
+
+def score_differences(results):
+    """The SCORE_SETTINGS whose values differ among the results' configs."""
+    return [k for k in SCORE_SETTINGS if len({json.dumps(r["config"].get(k)) for r in results}) > 1]
+
+
 def run_report(cfg):
     results, labels = [load_result(p) for p in cfg.inputs], [result_label(p) for p in cfg.inputs]
+    differ = score_differences(results)             # mixed settings: each row names its own
+    labels = [label + "".join(f" ({k} {r['config'].get(k)})" for k in differ) for label, r in zip(labels, results)]
     md = table(results, labels)
     atomic_write_text(Path(cfg.out).with_suffix(".md"), md)
     plot(results, labels, Path(cfg.out).with_suffix(".png"))
@@ -637,7 +660,7 @@ def subsample_test(a, b, m=256, iters=50_000, seed=0, block=1000):
 
 
 def run_compare(cfg):
-    ra, rb = (load_result(p) for p in cfg.inputs)
+    ra, rb = (load_result(p) for p in cfg.inputs)           # alike: Config.check_files
     a, b = {}, {}
     for name, ba in ra["benchmarks"].items():
         bb = rb["benchmarks"].get(name, {})

@@ -370,3 +370,26 @@ def test_models_expands_globs_in_natural_order_and_refuses_clashes(tmp_path):
     (tmp_path / "ev" / "final.json").write_text("my notes")              # not ours: never overwritten
     with pytest.raises(ValueError, match="did not write"):
         evaluate.Config(models=(str(tmp_path / "run" / "final"),), out=str(tmp_path / "ev"))
+
+
+def test_compare_refuses_unlike_results_and_report_labels_them(tmp_path, capsys):
+    """The same model scored under the strict and the walk maze rule compared as '+4.7 points,
+    significant': results differing in a setting that changes the score do not compare; a report
+    that mixes them names each row's setting; a file that is not a result is refused in one line."""
+    a = plant_result(tmp_path / "a.json", "m", {"math500": [1, 2, 3, 4]})
+    b = plant_result(tmp_path / "b.json", "m", {"math500": [2, 2, 3, 4]})
+    walk = json.loads(open(b).read())
+    walk["config"]["maze_reward"] = "walk"
+    (tmp_path / "walk.json").write_text(json.dumps(walk))
+    (tmp_path / "junk.json").write_text('{"hello": 1}')
+    evaluate.Config(mode="compare", inputs=(a, b), m=2, out=str(tmp_path / "ab.json"))       # alike: fine
+    for inputs, pattern in [((a, str(tmp_path / "walk.json")), "maze_reward None vs walk"),
+                            ((a, str(tmp_path / "junk.json")), "not a result of evaluate.py")]:
+        with pytest.raises(SystemExit) as e:
+            evaluate.parse_config(evaluate.Config, ["--mode", "compare", "--inputs", *inputs, "--m", "2",
+                                                    "--out", str(tmp_path / "cmp.json")])
+        err = capsys.readouterr().err
+        assert e.value.code == 2 and pattern in err and len(err.strip().splitlines()) == 1, err
+    evaluate.main(evaluate.Config(mode="report", inputs=(a, str(tmp_path / "walk.json")), out=str(tmp_path / "rep")))
+    md = (tmp_path / "rep.md").read_text()
+    assert "(maze_reward walk)" in md and "(maze_reward None)" in md
