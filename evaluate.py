@@ -41,6 +41,7 @@ import dataclasses
 import glob
 import json
 import math
+import sys
 import os
 import random
 import re
@@ -161,7 +162,16 @@ class Config:
                 f"{k} {ra['config'].get(k)} vs {rb['config'].get(k)}" for k in differ) + "); compare like with like")
         if self.baseline:
             check(Path(self.baseline).is_file(), f"--baseline {self.baseline}: no such file")
-            baseline_rollouts(self.baseline)           # a bad one stops here, not after the evaluations
+            cap = baseline_rollouts(self.baseline)     # a bad one stops here, not after the evaluations
+            if self.models:                            # what the cap rules out is known now: never sample it
+                within = [m for m in self.models if (training_progress(m) or {}).get("rollouts", math.inf) <= cap]
+                check(within, f"--models: no checkpoint has at most {cap} rollouts (--baseline {self.baseline}'s "
+                      "best) in its progress.json, so none could be selected")
+                over = [m for m in self.models if m not in within]
+                if over:
+                    print(f"--baseline: leaving out {len(over)} checkpoint(s) over {cap} rollouts or of unknown "
+                          f"compute: {', '.join(over)}", file=sys.stderr)
+                self.models = tuple(within)
         if self.mode == "rare_score":
             check(Path(self.rare).is_file(), f"--rare {self.rare}: no such file")
         if self.mode == "rare_select" and self.data:

@@ -3,6 +3,7 @@ random Qwen2 with the real Qwen2.5 tokenizer.  `python -m pytest -q tests/test_e
 import itertools
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -393,3 +394,22 @@ def test_compare_refuses_unlike_results_and_report_labels_them(tmp_path, capsys)
     evaluate.main(evaluate.Config(mode="report", inputs=(a, str(tmp_path / "walk.json")), out=str(tmp_path / "rep")))
     md = (tmp_path / "rep.md").read_text()
     assert "(maze_reward walk)" in md and "(maze_reward None)" in md
+
+
+def test_models_over_the_baselines_compute_are_left_out_before_any_sampling(tmp_path):
+    """--models with --baseline: progress.json shows each checkpoint's rollouts up front, so those over
+    the cap are never evaluated, and a run where none qualifies stops at once (it used to sample all)."""
+    for name, rollouts in (("epoch_1", 100), ("epoch_2", 200), ("epoch_3", 300)):
+        d = tmp_path / "run" / name
+        d.mkdir(parents=True)
+        (d / "config.json").write_text("{}")
+        (d / "tokenizer.json").write_text("{}")
+        (d / "progress.json").write_text(json.dumps({"step": rollouts, "rollouts": rollouts}))
+    base = tmp_path / "selection.json"
+    base.write_text(json.dumps({"best": {"rollouts": 200}, "candidates": []}))
+    models = (str(tmp_path / "run" / "epoch_*"),)
+    cfg = evaluate.Config(models=models, baseline=str(base), benchmarks=("math500",), out=str(tmp_path / "ev"))
+    assert [Path(m).name for m in cfg.models] == ["epoch_1", "epoch_2"]
+    base.write_text(json.dumps({"best": {"rollouts": 50}, "candidates": []}))
+    with pytest.raises(ValueError, match="no checkpoint has at most 50 rollouts"):
+        evaluate.Config(models=models, baseline=str(base), benchmarks=("math500",), out=str(tmp_path / "ev"))
