@@ -405,13 +405,21 @@ def run_eval_many(cfg):
     runs = [dataclasses.replace(cfg, model=m, models=(), baseline="", out=str(folder / f"{checkpoint_name(m)}.json"))
             for m in cfg.models]
     data = load_benchmarks(runs[0])
+    done = []
     for i, run in enumerate(runs):
         print(f"checkpoint {i + 1}/{len(runs)}: {run.model} -> {run.out}")
-        run_eval(run, data)
+        try:
+            run_eval(run, data)
+        except Exception as e:            # a damaged model.safetensors (SafetensorError), ...: not fatal
+            print(f"checkpoint {run.model}: cannot be evaluated ({type(e).__name__}: {str(e)[:200]}); "
+                  "skipped", file=sys.stderr)
+            continue
+        done.append(run.out)
     if not set(cfg.benchmarks) & set(MATH):
         print("no math benchmark asked for: no selection (PAPER App. L.4 selects by math pass@1)")
         return None
-    return write_selection(cfg, [run.out for run in runs], folder / "selection.json")
+    check(done, "--models: no checkpoint could be evaluated")
+    return write_selection(cfg, done, folder / "selection.json")
 
 
 def training_progress(model):

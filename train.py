@@ -605,6 +605,19 @@ def load_checkpoint(model, opt, path, meta):
     return meta["step"]
 
 
+def check_safetensors(path):
+    """ValueError unless a .safetensors file is as long as its header says (a cut file fails this
+    without reading a tensor): 8 bytes of header length, the JSON header, then the tensors' bytes."""
+    try:
+        with open(path, "rb") as f:
+            n = int.from_bytes(f.read(8), "little")
+            header = json.loads(f.read(n))
+        end = max((v["data_offsets"][1] for k, v in header.items() if k != "__metadata__"), default=0)
+    except (OSError, ValueError, KeyError, TypeError, IndexError):
+        raise ValueError(f"{path.name}: unreadable header") from None
+    check(path.stat().st_size == 8 + n + end, f"{path.name}: {path.stat().st_size} bytes, its header says {8 + n + end}")
+
+
 def conflict_message(folder, changed):
     return (f"--resume: {folder} was trained with other settings: {', '.join(changed)}; resume with the old "
             f"values or use another --out_dir (a resume may change only --{', --'.join(RESUME_MAY_CHANGE)})")
@@ -916,6 +929,8 @@ def check_run(cfg, world, out):
         try:
             check_out_dir(folder, "--out_dir")
             saved = json.loads((folder / "progress.json").read_text())["config"]
+            for f in folder.glob("*.safetensors"):
+                check_safetensors(f)
         except (OSError, ValueError, KeyError, TypeError) as e:
             problems.append(f"--out_dir {out}: {folder.name} is not a whole export of ours ({e}); move it away")
             continue

@@ -413,3 +413,15 @@ def test_models_over_the_baselines_compute_are_left_out_before_any_sampling(tmp_
     base.write_text(json.dumps({"best": {"rollouts": 50}, "candidates": []}))
     with pytest.raises(ValueError, match="no checkpoint has at most 50 rollouts"):
         evaluate.Config(models=models, baseline=str(base), benchmarks=("math500",), out=str(tmp_path / "ev"))
+
+
+@pytest.mark.slow                              # two maze evaluations, seconds
+def test_models_skips_a_damaged_checkpoint_and_evaluates_the_rest(tmp_path):
+    import maze
+    for name in ("epoch_1", "epoch_2"):
+        maze.save_checkpoint(maze.build_model(), maze.build_tokenizer(), tmp_path / "run" / name, {"config": {"size": 7}})
+    cut = tmp_path / "run" / "epoch_1" / "model.safetensors"
+    cut.write_bytes(cut.read_bytes()[:1000])
+    evaluate.main(evaluate.Config(models=(str(tmp_path / "run" / "epoch_*"),), benchmarks=("maze",), n=2,
+                                  max_problems=2, out=str(tmp_path / "ev")))
+    assert (tmp_path / "ev" / "epoch_2.json").is_file() and not (tmp_path / "ev" / "epoch_1.json").exists()

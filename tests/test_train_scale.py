@@ -395,3 +395,17 @@ def test_a_bom_is_not_an_error(tmp_path):
     data = tmp_path / "d.jsonl"
     data.write_bytes(b'\xef\xbb\xbf{"problem": "1+1", "answer": "2"}\n')
     assert reward.load_jsonl(data)[0]["answer"] == "2"
+
+
+def test_a_cut_safetensors_file_is_found_by_its_header(tmp_path):
+    from safetensors.torch import save_file
+    f = tmp_path / "model.safetensors"
+    save_file({"a": torch.zeros(100), "b": torch.ones(3, 4)}, str(f))
+    train.check_safetensors(f)
+    data = f.read_bytes()
+    f.write_bytes(data[:-10])
+    with pytest.raises(ValueError, match="its header says"):
+        train.check_safetensors(f)
+    f.write_bytes(b"\x00" * 4)
+    with pytest.raises(ValueError, match="unreadable header"):
+        train.check_safetensors(f)
