@@ -52,11 +52,13 @@ import numpy as np
 import torch
 
 from advantage import focal_weight, group_advantages, success_rate, tail_miss_argmax, tail_miss_probability
-from common import atomic_write_json, atomic_write_text, check, check_out_dir, check_positive, parse_config
+from common import (atomic_write_json, atomic_write_text, check, check_out_dir, check_positive, parse_config, refuse,
+                    remove_temp)
 
 
 OUTPUTS = ("results.json", "fig2.png", "fig3.png", "fig5.png", "sensitivity.json", "sensitivity.md",
            "fig2_sensitivity_wd0.png", "fig2_sensitivity_wd0.01.png")      # all we write in --out_dir
+MAX_GROUP = 1 << 24                # the largest N: far past the paper's 131,072, and cheap to refuse
 
 
 @dataclass
@@ -95,6 +97,8 @@ class Config:
             check(math.isfinite(getattr(self, name)), f"--{name} must be a finite number")
         check(self.r_correct > self.r_wrong, "--r_correct must be greater than --r_wrong")
         check(len(self.group_sizes) > 0 and min(self.group_sizes) >= 1, "--group_sizes: every N must be >= 1")
+        check(max(self.group_sizes) <= MAX_GROUP, f"--group_sizes {max(self.group_sizes)}: at most {MAX_GROUP:,} "
+              "(2^24; the paper's largest N is 131,072)")
         check(len(set(self.group_sizes)) == len(self.group_sizes), "--group_sizes: repeated value")
         check(len(self.gammas) > 0 and all(0 <= g < math.inf for g in self.gammas),
               "--gammas: every gamma must be >= 0 and finite")
@@ -633,10 +637,13 @@ def save(fig, path):
     """Write a figure atomically (a reader sees the old PNG or the new one) and close it."""
     import matplotlib.pyplot as plt
     tmp = Path(path).with_name(f".{Path(path).name}.tmp.{os.getpid()}")      # common.is_temp_of's pattern
-    fig.tight_layout()
-    fig.savefig(tmp, dpi=90, format="png")
-    os.replace(tmp, path)
-    plt.close(fig)
+    try:
+        fig.tight_layout()
+        fig.savefig(tmp, dpi=90, format="png")
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+        plt.close(fig)
 
 
 def plot_fig2(res, path):
@@ -715,12 +722,19 @@ def table(res):
 
 def main(cfg):
     out = Path(cfg.out_dir)
+    remove_temp(out, OUTPUTS)                    # what a killed run left under our temp names
     if cfg.sensitivity:
         return run_sensitivity(cfg, out)
     if cfg.plot_only:
         if not (out / "results.json").exists():
-            raise SystemExit(f"error: --plot_only: no {out / 'results.json'}; run without --plot_only first")
-        res = json.loads((out / "results.json").read_text())
+            refuse(f"--plot_only: no {out / 'results.json'}; run without --plot_only first")
+        try:
+            res = json.loads((out / "results.json").read_text())
+            check(isinstance(res, dict) and res["runs"] and {"N", "gamma", "Q_pos", "M_ret"} <= set(res["runs"][0])
+                  and isinstance(res["steps"], list), "")
+        except (ValueError, KeyError, TypeError, IndexError):
+            refuse(f"--plot_only: {out / 'results.json'} is not a whole results file of simulate.py; run "
+                   "without --plot_only to write it again")
     else:
         t0 = time.perf_counter()
         runs, timing, steps = simulate(cfg)

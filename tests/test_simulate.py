@@ -392,3 +392,16 @@ def test_sensitivity_keeps_each_settings_runs_apart():
         ref = {(x["N"], x["seed"]): x["Q_pos_final"] for x in S.simulate(alone)[0]}
         assert all(abs(x["Q_pos_final"] - ref[x["N"], x["seed"]]) < 1e-6 for x in r["runs"])
     assert results[0]["runs"][-1]["Q_pos_final"] != results[1]["runs"][-1]["Q_pos_final"]
+
+
+def test_plot_only_on_a_broken_results_file_and_huge_group_sizes_are_refused(tmp_path, capsys):
+    (tmp_path / "results.json").write_text('{"runs": []}')
+    (tmp_path / ".fig2.png.tmp.123").write_text("left by a killed run")
+    with pytest.raises(SystemExit) as e:
+        S.main(parse_config(S.Config, ["--out_dir", str(tmp_path), "--plot_only", "true"]))
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and "not a whole results file" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / ".fig2.png.tmp.123").exists()                  # our temp name: tidied
+    with pytest.raises(SystemExit) as e:
+        parse_config(S.Config, ["--out_dir", str(tmp_path / "x"), "--group_sizes", str(2 ** 63)])
+    assert e.value.code == 2 and "--group_sizes" in capsys.readouterr().err
