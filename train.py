@@ -558,7 +558,8 @@ def superseded_checkpoints(ckpt_root, keep):
 
 def step_folders(ckpt_root):
     """ckpt/step_NNNNNN folders, newest first."""
-    found = [p for p in Path(ckpt_root).glob("step_*") if re.fullmatch(r"step_\d+", p.name) and p.is_dir()]
+    found = [p for p in Path(ckpt_root).glob("step_*") if re.fullmatch(r"step_\d+", p.name) and p.is_dir()
+             and not p.is_symlink()]
     return sorted(found, key=lambda p: int(p.name[5:]), reverse=True)
 
 
@@ -572,6 +573,9 @@ def checkpoint_meta(path):
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise ValueError(f"meta.json: {type(e).__name__}") from None
     check(step == int(path.name[5:]) and isinstance(config, dict), "meta.json: not this step's")
+    rng = meta.get("rng")
+    check(isinstance(rng, list) and len(rng) == torch.get_rng_state().numel()
+          and all(isinstance(b, int) and 0 <= b < 256 for b in rng), "meta.json: no whole RNG state")
     try:
         storage = dcp.FileSystemReader(str(path)).read_metadata().storage_data
     except Exception as e:            # a cut pickle raises EOFError, UnpicklingError, ... by where it was cut
@@ -906,6 +910,10 @@ def check_run(cfg, world, out):
     if cfg.mini_batch_prompts % world:
         problems.append(f"--mini_batch_prompts {cfg.mini_batch_prompts} must be divisible by the world size {world}")
     ckpt_root, exports = out / "ckpt", export_folders(out)
+    for p in sorted(ckpt_root.glob("step_*")) if ckpt_root.is_dir() else []:
+        if re.fullmatch(r"step_\d+", p.name) and (p.is_symlink() or not p.is_dir()):
+            problems.append(f"--out_dir {out}: ckpt/{p.name} is {'a symlink' if p.is_symlink() else 'a file'}, not "
+                            "a checkpoint of ours; move it away")
     if not cfg.resume and (step_folders(ckpt_root) or (ckpt_root / "latest").exists() or exports):
         problems.append(f"--out_dir {out} holds checkpoints or exports of an earlier run: pass --resume true, "
                         "or choose another --out_dir")
@@ -955,7 +963,7 @@ def remove_killed_saves(out, ckpt_root):
     (.step_N.tmp), checkpoints moved aside for a replacement (.step_N.old) and atomic-write temps."""
     for p in ckpt_root.glob(".step_*"):
         if re.fullmatch(r"\.step_\d+\.(tmp|old)", p.name):
-            shutil.rmtree(p)
+            shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()
     remove_temp(out, (), TRAIN_OUTPUTS)
 
 

@@ -204,7 +204,7 @@ def fake_checkpoint(root, step, whole=True):
     path = root / f"step_{step:06d}"
     dcp.save({"x": torch.full((4,), float(step))}, checkpoint_id=str(path))
     if whole:
-        (path / "meta.json").write_text(json.dumps({"step": step, "config": {}, "rng": []}))
+        (path / "meta.json").write_text(json.dumps({"step": step, "config": {}, "rng": torch.get_rng_state().tolist()}))
     return path
 
 
@@ -409,3 +409,25 @@ def test_a_cut_safetensors_file_is_found_by_its_header(tmp_path):
     f.write_bytes(b"\x00" * 4)
     with pytest.raises(ValueError, match="unreadable header"):
         train.check_safetensors(f)
+
+
+def test_a_meta_json_without_a_whole_rng_state_is_a_damaged_checkpoint(tmp_path):
+    path = fake_checkpoint(tmp_path / "ckpt", 3)
+    assert train.checkpoint_meta(path)["step"] == 3
+    for rng in (None, [], [0] * 10, ["a"] * torch.get_rng_state().numel()):
+        meta = {"step": 3, "config": {}} if rng is None else {"step": 3, "config": {}, "rng": rng}
+        (path / "meta.json").write_text(json.dumps(meta))
+        with pytest.raises(ValueError, match="RNG"):
+            train.checkpoint_meta(path)
+
+
+@pytest.mark.slow
+def test_a_file_named_like_a_checkpoint_is_refused(data, tmp_path):
+    out = tmp_path / "o"
+    (out / "ckpt").mkdir(parents=True)
+    (out / "ckpt" / "step_000006").write_text("mine")
+    for extra in ([], ["--resume", "true"]):
+        r = subprocess.run(tiny_math(data, out, "--steps", "1", *extra), cwd=ROOT, env=ENV, capture_output=True,
+                           text=True, timeout=300)
+        assert r.returncode == 2 and "ckpt/step_000006 is a file, not a checkpoint of ours" in r.stderr, r.stderr
+    assert (out / "ckpt" / "step_000006").read_text() == "mine"
