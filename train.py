@@ -50,6 +50,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict,
                                                      get_state_dict, set_state_dict)
 from torch.distributed.device_mesh import init_device_mesh
@@ -590,8 +591,13 @@ def checkpoint_meta(path):
 def find_checkpoint(ckpt_root):
     """(newest whole checkpoint folder, its meta, ["step_N (what is damaged)" for newer ones skipped]);
     (None, None, skipped) when there is none."""
+    return find_checkpoint_among(step_folders(ckpt_root))
+
+
+def find_checkpoint_among(folders):
+    """find_checkpoint over a list of step folders, newest first."""
     skipped = []
-    for path in step_folders(ckpt_root):
+    for path in folders:
         try:
             return path, checkpoint_meta(path), skipped
         except ValueError as e:
@@ -607,6 +613,31 @@ def load_checkpoint(model, opt, path, meta):
     set_state_dict(model, opt, model_state_dict=state["model"], optim_state_dict=state["optim"])
     torch.set_rng_state(torch.tensor(meta["rng"], dtype=torch.uint8))
     return meta["step"]
+
+
+def resume_from(model, opt, ckpt, meta):
+    """Load the checkpoint check_run chose. One that passes checkpoint_meta may still fail to load
+    (bytes damaged inside a shard, its size unchanged): then, on every rank alike, warn and take the
+    next older whole one. A partial load is harmless, the next one overwrites every tensor. Refuses
+    when none loads. Returns the step to continue from."""
+    while True:
+        try:
+            step, err = load_checkpoint(model, opt, ckpt, meta), None
+        except (Exception, CheckpointException) as e:    # many kinds, by where the damage is; DCP's
+            # own CheckpointException is a BaseException
+            step, err = None, f"{type(e).__name__}: {str(e)[:120]}"
+        errors = [None] * dist.get_world_size()
+        dist.all_gather_object(errors, err, group=IO_GROUP)
+        errors = [e for e in errors if e]
+        if not errors:
+            return step
+        older = [p for p in step_folders(ckpt.parent) if int(p.name[5:]) < int(ckpt.name[5:])]
+        failed, (ckpt, meta, _) = ckpt, find_checkpoint_among(older)
+        print0(f"warning: {failed.name} could not be loaded ({errors[0]}); "
+               + (f"resuming from {ckpt.name}" if ckpt else "no older checkpoint"))
+        if ckpt is None:
+            dist.destroy_process_group()
+            refuse(f"--resume: no checkpoint in {failed.parent} could be loaded; move the damaged ones away")
 
 
 def check_safetensors(path):
@@ -748,7 +779,7 @@ def main(cfg):
     print0(describe(cfg, world, device))
     model, ref_model, engine, opt = build(cfg, tokenizer, pad, device)
     task = make_task(cfg, tokenizer, model.config.model_type)
-    start = load_checkpoint(model, opt, ckpt, meta) if ckpt is not None else 0
+    start = resume_from(model, opt, ckpt, meta) if ckpt is not None else 0
     sync_weights(model, engine)                    # the engine samples from exactly these weights
     logger = start_logging(cfg, out, task, world, start)
     for step in range(start, cfg.steps):

@@ -395,3 +395,20 @@ def test_focal_weight_over_mixed_groups_is_left_out_when_there_are_none(tmp_path
         assert m["focal/g_mean_mixed"] == pytest.approx(0.7) and m["groups/all_correct"] == 0.5
     finally:
         dist.destroy_process_group()
+
+
+def test_a_shard_damaged_inside_falls_back_to_the_checkpoint_before(tiny_run, tmp_path):
+    """Bytes zeroed inside a shard, its size unchanged: the checks before loading pass, the load fails,
+    and the run takes the checkpoint before, with a warning, and continues exactly as the first run."""
+    flags, whole = tiny_run
+    run = tmp_path / "run"
+    shutil.copytree(whole, run)
+    shard = run / "ckpt" / "step_000004" / "__0_0.distcp"
+    size = shard.stat().st_size
+    with open(shard, "r+b") as f:
+        f.write(b"\0" * 64)
+    assert shard.stat().st_size == size
+    r = resume(flags, run, 4)
+    assert "warning: step_000004 could not be loaded" in r.stderr + r.stdout and "resumed from step 3" in r.stdout, \
+        r.stderr[-2000:]
+    assert_same_metrics(read_metrics(run), read_metrics(whole))
