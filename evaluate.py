@@ -270,6 +270,11 @@ def load_benchmark(name, max_problems=0):
         fields = ("problem", "instruction_id_list", "kwargs") if task == "ifeval" else ("problem", "answer")
         check_utf8(path)
         rows = reward.load_jsonl(path, fields)
+        for line, row in enumerate(rows, 1) if task == "ifeval" else ():
+            try:
+                ood.check_ifeval_row(row)
+            except (ValueError, TypeError, KeyError) as e:
+                raise ValueError(f"{path}:{line}: {e}") from None
     check(len(rows) > 0, f"{path}: no problems in it")
     for i, r in enumerate(rows):
         r.setdefault("id", i)

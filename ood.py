@@ -32,6 +32,7 @@ import json
 import random
 import re
 import zipfile
+import zlib
 from collections import Counter
 
 import regex                                        # installed with transformers
@@ -51,8 +52,11 @@ def load_gpqa(zip_path, seed=0):
 
     The questions never touch disk or logs (the authors ask that they not appear in plain text).
     """
-    with zipfile.ZipFile(zip_path) as z:
-        text = z.read("dataset/gpqa_diamond.csv", pwd=GPQA_PASSWORD).decode("utf-8")
+    try:
+        with zipfile.ZipFile(zip_path) as z:
+            text = z.read("dataset/gpqa_diamond.csv", pwd=GPQA_PASSWORD).decode("utf-8")
+    except (zipfile.BadZipFile, KeyError, RuntimeError, EOFError, zlib.error, UnicodeDecodeError) as e:
+        raise ValueError(f"{zip_path}: not the GPQA zip, or damaged ({type(e).__name__}: {e})") from None
     rows = []
     for r in csv.DictReader(io.StringIO(text)):
         options = [r["Correct Answer"]] + [r[f"Incorrect Answer {i}"] for i in (1, 2, 3)]
@@ -294,6 +298,20 @@ def ifeval_follows(completion, row):
         _check_kwargs(iid, kwargs)                  # before the empty-response shortcut, as the official builds first
         out.append(bool(text.strip()) and bool(IFEVAL_CHECKS[iid](text, **kwargs)))
     return out
+
+
+def check_ifeval_row(row):
+    """Raise ValueError when a row could not be scored: an instruction id without a checker, kwargs
+    that are not a list of objects beside it, or kwargs the official checker would not score as given.
+    evaluate.py checks every row before it samples anything."""
+    ids, kwargs = row["instruction_id_list"], row["kwargs"]
+    if not (isinstance(ids, list) and isinstance(kwargs, list) and len(ids) == len(kwargs)
+            and all(isinstance(k, dict) for k in kwargs)):
+        raise ValueError("instruction_id_list and kwargs must be lists of equal length, kwargs of objects")
+    for iid, kw in zip(ids, kwargs):
+        if iid not in IFEVAL_CHECKS:
+            raise ValueError(f"IFEval instruction {iid!r} has no checker")
+        _check_kwargs(iid, {k: v for k, v in kw.items() if v is not None})
 
 
 def ifeval_correct(completion, row):

@@ -193,3 +193,26 @@ def test_counts_match_nltk(data, monkeypatch):
         assert ood.count_sentences(t) == len(splitter.tokenize(t)), t
         assert ood.count_words(t) == len(nltk.tokenize.RegexpTokenizer(r"\w+").tokenize(t)), t
         assert ood.count_capital_words(t) == sum(w.isupper() for w in nltk.word_tokenize(t)), t
+
+
+def test_bad_ifeval_rows_and_a_damaged_gpqa_zip_are_found_before_any_sampling(tmp_path, monkeypatch, data):
+    """Checked when the benchmarks are read, before the model loads: file:line for IFEval, the file
+    for GPQA, as one-line ValueErrors (evaluate.py refuses with them)."""
+    import shutil
+    import evaluate
+    (tmp_path / "eval" / "gpqa").mkdir(parents=True)
+    good = (data / "eval" / "ifeval.jsonl").read_text().splitlines()[:3]
+    monkeypatch.setattr(evaluate, "data_dir", lambda: tmp_path)
+    for bad, message in [({"instruction_id_list": ["no:such_check"], "kwargs": [{}]}, "has no checker"),
+                         ({"instruction_id_list": ["length_constraints:number_words"], "kwargs": "x"}, "lists"),
+                         ({"instruction_id_list": ["length_constraints:number_words"],
+                           "kwargs": [{"relation": "about", "num_words": 5}]}, "invalid")]:
+        row = {**json.loads(good[1]), **bad}
+        (tmp_path / "eval" / "ifeval.jsonl").write_text("\n".join([good[0], json.dumps(row), good[2]]) + "\n")
+        with pytest.raises(ValueError, match=rf"ifeval.jsonl:2: .*{message}"):
+            evaluate.load_benchmark("ifeval")
+    zip_path = tmp_path / "eval" / "gpqa" / "dataset.zip"
+    shutil.copy(data / "eval" / "gpqa" / "dataset.zip", zip_path)
+    zip_path.write_bytes(zip_path.read_bytes()[:2000])
+    with pytest.raises(ValueError, match="dataset.zip: not the GPQA zip, or damaged"):
+        evaluate.load_benchmark("gpqa")
