@@ -276,6 +276,8 @@ def atomic_dir(path, write):
     front; this is the last line of defence, before anything is removed.
     """
     path = Path(path)
+    if path.is_symlink():                                # write where it points, keep the link
+        path = path.resolve()
     check_out_dir(path, "output folder")
     path.parent.mkdir(parents=True, exist_ok=True)
     remove_temp(path.parent, [path.name])                # what an earlier killed write left

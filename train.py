@@ -64,7 +64,7 @@ import reward
 from advantage import (CLIP_EPS, LOSS_AGG, aggregate, clip_bounds, ds_grpo_advantages, focal_advantages,
                        group_advantages, kl_k3, ks_up_to, pass_at_k_table, policy_loss, token_mean)
 from common import (MARKER, atomic_dir, atomic_write_json, atomic_write_text, check, check_device, check_min,
-                    check_out_dir, check_positive, check_pretrained, parse_config,
+                    check_out_dir, check_positive, check_pretrained, mark_out_dir, owned_entries, parse_config,
                     refuse, remove_temp, replace_dir)
 from rollout import (Rollouts, completion_logp, make_engine, mix_seed, pack, policy_logp, register_policy_forward,
                      sync_weights, use_attention)
@@ -914,7 +914,7 @@ def start_logging(cfg, out, task, world, start):
         print0(f"resumed from step {start}")
     if dist.get_rank() != 0:
         return None
-    out.mkdir(parents=True, exist_ok=True)
+    mark_out_dir(out, LOGS)               # so a later fresh run knows these two are ours (check_run)
     atomic_write_json(out / "run.json", {"config": asdict(cfg), "git": git_sha(), "world": world,
                                          "torch": torch.__version__, "argv": sys.argv,
                                          "num_prompts": task.num_prompts})
@@ -941,6 +941,10 @@ def check_run(cfg, world, out):
     if cfg.mini_batch_prompts % world:
         problems.append(f"--mini_batch_prompts {cfg.mini_batch_prompts} must be divisible by the world size {world}")
     ckpt_root, exports = out / "ckpt", export_folders(out)
+    for name in LOGS if not cfg.resume else ():   # a fresh run rewrites them: only if a run of ours wrote them
+        if (out / name).exists() and name not in owned_entries(out):
+            problems.append(f"--out_dir {out}: holds {name}, which no train.py run wrote there (no {MARKER} "
+                            "lists it); move it away or choose another --out_dir")
     for p in sorted(ckpt_root.glob("step_*")) if ckpt_root.is_dir() else []:
         if re.fullmatch(r"step_\d+", p.name) and (p.is_symlink() or not p.is_dir()):
             problems.append(f"--out_dir {out}: ckpt/{p.name} is {'a symlink' if p.is_symlink() else 'a file'}, not "
@@ -998,6 +1002,7 @@ def remove_killed_saves(out, ckpt_root):
     remove_temp(out, (), TRAIN_OUTPUTS)
 
 
+LOGS = ("run.json", "metrics.jsonl")     # rewritten by a fresh run: the marker must list them
 LOCK = ".train.lock"
 _lock = None                  # the open lock file: held while this process lives
 

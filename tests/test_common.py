@@ -149,3 +149,16 @@ def test_atomic_dir_leaves_shareable_files(tmp_path):
     for f in (tmp_path / "out" / "model.safetensors", tmp_path / "out" / "sub" / "x"):
         assert f.stat().st_mode & 0o777 == 0o644
     assert (tmp_path / "out").stat().st_mode & 0o777 == 0o755
+
+
+def test_atomic_dir_writes_through_a_symlink_and_keeps_it(tmp_path):
+    import os
+    from common import atomic_dir
+    target = tmp_path / "target"
+    link = tmp_path / "link"
+    link.symlink_to(target, target_is_directory=False)
+    atomic_dir(link, lambda tmp: (tmp / "a.txt").write_text("x"))
+    assert link.is_symlink() and (target / "a.txt").read_text() == "x"
+    atomic_dir(link, lambda tmp: (tmp / "b.txt").write_text("y"))        # replaced again, through the link
+    assert link.is_symlink() and sorted(p.name for p in target.iterdir() if not p.name.startswith(".")) == ["b.txt"]
+    assert os.path.realpath(link) == str(target)

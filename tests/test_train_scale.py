@@ -8,6 +8,7 @@ peaks are in test_memory.py.
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -431,3 +432,22 @@ def test_a_file_named_like_a_checkpoint_is_refused(data, tmp_path):
                            text=True, timeout=300)
         assert r.returncode == 2 and "ckpt/step_000006 is a file, not a checkpoint of ours" in r.stderr, r.stderr
     assert (out / "ckpt" / "step_000006").read_text() == "mine"
+
+
+@pytest.mark.slow
+def test_a_users_metrics_or_run_json_in_a_fresh_out_dir_is_left_alone(data, tmp_path):
+    for name in ("metrics.jsonl", "run.json"):
+        out = tmp_path / name
+        out.mkdir()
+        (out / name).write_text("mine\n")
+        r = subprocess.run(tiny_math(data, out, "--steps", "1"), cwd=ROOT, env=ENV, capture_output=True, text=True,
+                           timeout=300)
+        assert r.returncode == 2 and f"holds {name}, which no train.py run wrote" in r.stderr, r.stderr
+        assert (out / name).read_text() == "mine\n"
+    out = tmp_path / "ours"                                   # our own, from a run without checkpoints: rewritten
+    for _ in range(2):
+        r = subprocess.run(tiny_math(data, out, "--steps", "1", "--save_every", "5"), cwd=ROOT, env=ENV,
+                           capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stderr[-2000:]
+        shutil.rmtree(out / "ckpt")
+        shutil.rmtree(out / "final")
