@@ -377,13 +377,17 @@ def evaluate_maze(cfg, engine, tok):
     return out
 
 
-def run_eval(cfg, data=None):
-    """Evaluate cfg.model on the benchmarks (`data`: load_benchmarks' output, read here if None)."""
+def run_eval(cfg, data=None, engine=None):
+    """Evaluate cfg.model on the benchmarks (`data`: load_benchmarks' output, read here if None).
+    With `engine` (run_eval_many's, already holding cfg.model's weights) no engine is built here, and
+    it stays open for the next checkpoint."""
     import rollout
     data = data if data is not None else load_benchmarks(cfg)
-    model, tok, family = load_model(cfg, weights=cfg.engine == "torch")
-    engine = rollout.make_engine(cfg.engine, cfg.model, pad_token_id=reward.pad_id(tok), device=cfg.device,
-                                 dtype=model_dtype(cfg), model=model)
+    own = engine is None
+    model, tok, family = load_model(cfg, weights=own and cfg.engine == "torch")
+    if own:
+        engine = rollout.make_engine(cfg.engine, cfg.model, pad_token_id=reward.pad_id(tok), device=cfg.device,
+                                     dtype=model_dtype(cfg), model=model)
     result = {"config": asdict(cfg), "family": family, "checkpoint": training_progress(cfg.model),
               "benchmarks": {}, "pending": list(cfg.benchmarks)}
     with reward.Scorer(workers=cfg.workers) as scorer:
@@ -398,7 +402,8 @@ def run_eval(cfg, data=None):
                       + f" | trunc {b['trunc_frac']:.3f}")
             result["pending"].remove(name)
             save_result(cfg, result)              # a failure in a later benchmark loses nothing done
-    engine.close()
+    if own:
+        engine.close()
     print(f"wrote {cfg.out}")
     return result
 
@@ -409,12 +414,21 @@ def run_eval_many(cfg):
     folder = Path(cfg.out)
     runs = [dataclasses.replace(cfg, model=m, models=(), baseline="", out=str(folder / f"{checkpoint_name(m)}.json"))
             for m in cfg.models]
+    import rollout
     data = load_benchmarks(runs[0])
-    done = []
+    done, engine = [], None
     for i, run in enumerate(runs):
         print(f"checkpoint {i + 1}/{len(runs)}: {run.model} -> {run.out}")
         try:
-            run_eval(run, data)
+            # One engine for all: vLLM allows one sleep-mode allocator per process, and loading a
+            # checkpoint's weights into a running engine is faster than starting another.
+            if engine is None:
+                model, tok, _ = load_model(run, weights=run.engine == "torch")
+                engine = rollout.make_engine(run.engine, run.model, pad_token_id=reward.pad_id(tok),
+                                             device=run.device, dtype=model_dtype(run), model=model)
+            else:
+                rollout.load_checkpoint_weights(engine, run.model)
+            run_eval(run, data, engine)
         except Exception as e:            # a damaged model.safetensors (SafetensorError), ...: not fatal
             print(f"checkpoint {run.model}: cannot be evaluated ({type(e).__name__}: {str(e)[:200]}); "
                   "skipped", file=sys.stderr)
@@ -423,6 +437,8 @@ def run_eval_many(cfg):
     if not set(cfg.benchmarks) & set(MATH):
         print("no math benchmark asked for: no selection (PAPER App. L.4 selects by math pass@1)")
         return None
+    if engine is not None:
+        engine.close()
     check(done, "--models: no checkpoint could be evaluated")
     return write_selection(cfg, done, folder / "selection.json")
 

@@ -48,6 +48,7 @@ import math
 import os
 import random
 import time
+from pathlib import Path
 from dataclasses import dataclass
 
 import torch
@@ -837,6 +838,30 @@ def sync_weights(model, engine, bucket_bytes=1 << 30):
         engine.load_weights(bucket)
     engine.reset_prefix_cache()
     return time.perf_counter() - t0
+
+
+def load_checkpoint_weights(engine, folder, bucket_bytes=1 << 30):
+    """Load a Hugging Face folder's weights (its *.safetensors) into a running engine, in buckets, as
+    sync_weights does with the trainer's: evaluate.py --models reuses one engine for all checkpoints."""
+    from safetensors import safe_open
+    from safetensors.torch import load_file
+    files = sorted(Path(folder).glob("*.safetensors"))
+    if not files:
+        raise ValueError(f"{folder}: no *.safetensors weights to load")
+    names = set()
+    for f in files:
+        with safe_open(str(f), "pt") as h:                  # the header only
+            names |= set(h.keys())
+    # save_pretrained leaves out a head tied to the embeddings; the trainer's sync sends both names,
+    # and vLLM's layerwise reload restores a layer that receives nothing to its old weights.
+    tied = "lm_head.weight" not in names and "model.embed_tokens.weight" in names
+    for f in files:                                         # one file in memory at a time
+        tensors = load_file(str(f))
+        if tied and "model.embed_tokens.weight" in tensors:
+            tensors["lm_head.weight"] = tensors["model.embed_tokens.weight"]
+        for bucket in make_buckets(tensors.items(), bucket_bytes):
+            engine.load_weights(bucket)
+    engine.reset_prefix_cache()
 
 
 def make_engine(kind, model_path, *, pad_token_id, device="cpu", dtype=torch.float32,

@@ -425,3 +425,22 @@ def test_models_skips_a_damaged_checkpoint_and_evaluates_the_rest(tmp_path):
     evaluate.main(evaluate.Config(models=(str(tmp_path / "run" / "epoch_*"),), benchmarks=("maze",), n=2,
                                   max_problems=2, out=str(tmp_path / "ev")))
     assert (tmp_path / "ev" / "epoch_2.json").is_file() and not (tmp_path / "ev" / "epoch_1.json").exists()
+
+
+@pytest.mark.slow                              # three maze evaluations, seconds
+def test_models_reuses_one_engine_and_scores_as_separate_runs(tmp_path):
+    import maze
+    import torch
+    for seed, name in ((0, "epoch_1"), (1, "epoch_2")):
+        torch.manual_seed(seed)
+        model = maze.build_model()
+        with torch.no_grad():
+            model.model.embed_tokens.weight.mul_(4.0)                # spread the logits: distinct answers
+        maze.save_checkpoint(model, maze.build_tokenizer(), tmp_path / "run" / name, {"config": {"size": 7}})
+    common = dict(benchmarks=("maze",), n=4, max_problems=6)
+    alone = evaluate.main(evaluate.Config(model=str(tmp_path / "run" / "epoch_2"), out=str(tmp_path / "e2.json"), **common))
+    evaluate.main(evaluate.Config(models=(str(tmp_path / "run" / "epoch_*"),), out=str(tmp_path / "ev"), **common))
+    both = json.loads((tmp_path / "ev" / "epoch_2.json").read_text())
+    assert both["benchmarks"]["maze"]["c_walk"] == alone["benchmarks"]["maze"]["c_walk"]
+    first = json.loads((tmp_path / "ev" / "epoch_1.json").read_text())
+    assert first["benchmarks"]["maze"] != both["benchmarks"]["maze"]     # it did change the weights

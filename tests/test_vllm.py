@@ -222,3 +222,27 @@ def test_train_py_runs_with_vllm(setup, tmp_path):
     assert [m["step"] for m in steps] == [1, 2]
     assert all(m["logp/diff_max"] < TOL for m in steps), [m["logp/diff_max"] for m in steps]
     assert steps[-1]["grad_norm"] > 0 and "eval/strict/pass@1" in steps[-1] and "eval/walk/pass@1" in steps[-1]
+
+
+def test_one_engine_takes_each_checkpoints_weights(setup, tmp_path):
+    """evaluate.py --models keeps one vLLM engine (one sleep-mode allocator per process, and faster
+    than a new engine per checkpoint) and loads each checkpoint's safetensors into it: afterwards the
+    engine samples from that checkpoint, as the trainer's forward of it says."""
+    from rollout import load_checkpoint_weights
+    engine, prompts = setup["engine"], setup["prompts"]
+    other = copy.deepcopy(setup["model"])
+    with torch.no_grad():
+        for p in other.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    maze.save_checkpoint(other, maze.build_tokenizer(), tmp_path / "other", {"config": {"size": 9}})
+    try:
+        load_checkpoint_weights(engine, tmp_path / "other")
+        r = sample(engine, prompts, [7, 8, 9])
+        want = completion_logp(other, [prompts[i] for i in r.prompt_index], r.token_ids, maze.PAD)
+        gap = max((torch.tensor(e) - w).abs().max().item() for e, w in zip(r.engine_logp, want))
+        assert gap < TOL, gap
+    finally:
+        load_checkpoint_weights(engine, setup["path"])      # the other tests' weights again
+    r = sample(engine, prompts, [7, 8, 9])
+    want = completion_logp(setup["model"], [prompts[i] for i in r.prompt_index], r.token_ids, maze.PAD)
+    assert max((torch.tensor(e) - w).abs().max().item() for e, w in zip(r.engine_logp, want)) < TOL
