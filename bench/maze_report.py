@@ -177,11 +177,44 @@ def table(runs, sft, cfg):
             cells = [f"{100 * res[k]['diff']:+.1f} [{100 * res[k]['lo']:+.1f}, {100 * res[k]['hi']:+.1f}]"
                      + ("*" if res[k]["significant"] else "") for k in (1, cfg.m)]
             lines.append(f"| {N} | {ARMS.get(gamma, gamma)} | {s} | " + " | ".join(cells) + " |")
+    lines += by_step(runs, cfg)
     if sft is not None:
         lines += by_sft_difficulty(runs, sft, cfg)
     text = "\n".join(lines) + "\n"
     atomic_write_text(cfg.table, text)
     print(text)
+
+
+def by_step(runs, cfg):
+    """The held-out pass@1 and pass@64 train.py logged at each --eval_every step, per arm (mean ± SE
+    over seeds), and F-GRPO minus GRPO paired by seed (mean ± SE of the per-seed differences): when a
+    gap opens, if it does. A step counts the seeds that reached it (runs still going have fewer)."""
+    lines = []
+    for N in sorted({n for n, _ in runs}):
+        base = runs.get((N, 0.0))
+        arms = [(g, seeds) for (n, g), seeds in sorted(runs.items()) if n == N]
+        if len(arms) < 2 or base is None:
+            continue
+        rule = next(iter(base.values()))["rule"]
+        logged = {(g, s): {m["step"]: m for m in r["metrics"] if f"eval/{rule}/pass@1" in m}
+                  for g, seeds in arms for s, r in seeds.items()}
+        steps = sorted(set.union(*(set(v) for v in logged.values())))
+        for k in (1, 64):
+            key = f"eval/{rule}/pass@{k}"
+            head = "| step | seeds | " + " | ".join(ARMS.get(g, g) for g, _ in arms) + " | " + " | ".join(
+                f"{ARMS.get(g, g)} − GRPO" for g, _ in arms if g != 0.0) + " |"
+            lines += [f"\nHeld-out {rule} pass@{k} by step, N = {N} (train.py's evaluation; mean ± SE over seeds; "
+                      "differences paired by seed):\n", head, "|---" * (head.count("|") - 1) + "|"]
+            for t in steps:
+                has = {g: [s for s in seeds if t in logged[g, s]] for g, seeds in arms}
+                cells = [fmt(*mean_se([logged[g, s][t][key] for s in has[g]])) for g, _ in arms]
+                for g, _ in arms:
+                    if g != 0.0:
+                        paired = [logged[g, s][t][key] - logged[0.0, s][t][key] for s in has[g] if s in has[0.0]]
+                        cells.append(fmt(*mean_se(paired), sign="+"))
+                counts = "/".join(str(len(has[g])) for g, _ in arms)
+                lines.append(f"| {t} | {counts} | " + " | ".join(cells) + " |")
+    return lines
 
 
 def by_sft_difficulty(runs, sft, cfg):

@@ -51,6 +51,8 @@ def test_report_lists_every_run_with_its_numbers(tmp_path, capsys):
     paired = [line for line in text.splitlines() if line.startswith("| 8 | F-GRPO γ=0.5 | 0 |")]
     assert len(paired) == 1 and "+0.0" in paired[0].split("|")[4] and "*" in paired[0].split("|")[5]
     assert (tmp_path / "f.png").stat().st_size > 0
+    by_step = text[text.index("pass@64 by step"):]                 # paired by seed: +10 and +20 points
+    assert "| 5 | 2/2 | 45.0 ± 5.0 | 60.0 ± 0.0 | +15.0 ± 5.0 |" in by_step, by_step
 
 
 def test_forget_the_rare_bins_mazes_by_the_warm_start(tmp_path):
