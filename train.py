@@ -499,10 +499,19 @@ def micro_batches(cfg, prompts, completions, keep=None):
     return out + [[]] * (int(all_max(len(out))) - len(out))
 
 
+class NonFinite(RuntimeError):
+    """A NaN or inf on its way to the weights: the run stops before any optimizer step, checkpoint or
+    export is made from it (main turns it into one line and exit status 1)."""
+
+
 def clip_and_step(model, opt, cfg, lr):
     grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
     if hasattr(grad_norm, "full_tensor"):
-        grad_norm = grad_norm.full_tensor()
+        grad_norm = grad_norm.full_tensor()        # the global norm: every rank sees the same value
+    if not math.isfinite(float(grad_norm)):
+        opt.zero_grad(set_to_none=True)
+        raise NonFinite(f"the gradient norm is {float(grad_norm)} (a NaN or inf loss or advantage); no optimizer "
+                        "step was taken, the last checkpoint is the last good state")
     for group in opt.param_groups:
         group["lr"] = lr
     opt.step()
@@ -782,6 +791,26 @@ def main(cfg):
     start = resume_from(model, opt, ckpt, meta) if ckpt is not None else 0
     sync_weights(model, engine)                    # the engine samples from exactly these weights
     logger = start_logging(cfg, out, task, world, start)
+    try:
+        train_loop(cfg, start, task, model, ref_model, engine, opt, logger, tokenizer, out, pad, device, rank, world)
+    except NonFinite as e:
+        print(f"error: {e}", file=sys.stderr, flush=True)
+        sys.exit(1)                          # before any checkpoint or export of this step
+
+    # 8) export, then free everything that holds the process group (FSDP's device mesh) before
+    # destroying it: a group freed later, during interpreter exit, can abort a gloo rank
+    # ("terminate called without an active exception") after all the work is done.
+    export(model, tokenizer, out, ["final"], cfg, progress(cfg, max(start, cfg.steps), task.num_prompts))
+    dist.barrier()
+    engine.close()          # vLLM destroys the process groups it joined, the default one included
+    del model, opt, ref_model, engine
+    gc.collect()
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def train_loop(cfg, start, task, model, ref_model, engine, opt, logger, tokenizer, out, pad, device, rank, world):
+    """Steps start .. cfg.steps - 1: phases 1-7 of main's loop."""
     for step in range(start, cfg.steps):
         # 1) - 6) rollouts, rewards, advantages, updates, weight sync
         r = rl_step(cfg, step, task, model, ref_model, engine, opt, pad=pad, device=device, rank=rank, world=world)
@@ -802,17 +831,6 @@ def main(cfg):
             export(model, tokenizer, out, names, cfg, progress(cfg, step + 1, task.num_prompts))
         if (step + 1) % cfg.save_every == 0 or step + 1 == cfg.steps:
             save_checkpoint(model, opt, step + 1, cfg, out)
-
-    # 8) export, then free everything that holds the process group (FSDP's device mesh) before
-    # destroying it: a group freed later, during interpreter exit, can abort a gloo rank
-    # ("terminate called without an active exception") after all the work is done.
-    export(model, tokenizer, out, ["final"], cfg, progress(cfg, max(start, cfg.steps), task.num_prompts))
-    dist.barrier()
-    engine.close()          # vLLM destroys the process groups it joined, the default one included
-    del model, opt, ref_model, engine
-    gc.collect()
-    if dist.is_initialized():
-        dist.destroy_process_group()
 
 
 def rl_step(cfg, step, task, model, ref_model, engine, opt, *, pad, device, rank, world):
@@ -842,6 +860,9 @@ def rl_step(cfg, step, task, model, ref_model, engine, opt, *, pad, device, rank
         A, g = ds_grpo_advantages(R, lbar.view_as(R)), torch.ones(len(idx))
     else:
         A, g = focal_advantages(R, cfg.gamma, normalize_std=cfg.norm_std)          # Eq. 13
+    if all_max(float(not torch.isfinite(A).all())) > 0:    # any rank's: all stop together
+        raise NonFinite(f"step {step + 1}: non-finite advantages (rewards {R.flatten().tolist()[:16]} ...); "
+                        "a task's score or a weighting gave NaN or inf")
     t_reward = time.perf_counter() - t0 - t_rollout
 
     # 4) old log-probs with the trainer's own forward, unless the update is exactly on-policy

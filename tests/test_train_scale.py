@@ -451,3 +451,27 @@ def test_a_users_metrics_or_run_json_in_a_fresh_out_dir_is_left_alone(data, tmp_
         assert r.returncode == 0, r.stderr[-2000:]
         shutil.rmtree(out / "ckpt")
         shutil.rmtree(out / "final")
+
+
+# -----------------------------------------------------------------------------
+# A NaN or inf never reaches the weights
+
+def test_non_finite_advantages_or_gradients_stop_before_the_optimizer_step(group, monkeypatch):
+    """A weighting that divides by mu_hat (g = inf at mu_hat = 0, so A = inf * 0 = NaN) used to train on:
+    |A| nan, exit 0, all-NaN weights. Now the step stops before any optimizer step."""
+    cfg = small_cfg()
+    model, _, _, opt = train.build(cfg, None, 0, torch.device("cpu"), load=lambda c, t, dtype: tiny_qwen(2).to(dtype))
+    before = {n: p.full_tensor().clone() for n, p in model.named_parameters()}
+    task = SimpleNamespace(prompt=lambda i: ([4, 5, 6, 4 + i % 3], None), max_new_tokens=8, stop_token_ids=[1],
+                           score=lambda answers, comps: ([float(len(c) % 2) for c in comps], {}))
+    monkeypatch.setattr(train, "focal_advantages", lambda R, gamma, normalize_std=True:
+                        (torch.full_like(R, float("nan")), torch.full((R.shape[0],), float("inf"))))
+    with pytest.raises(train.NonFinite, match="non-finite advantages"):
+        train.rl_step(cfg, 0, task, model, None, FakeEngine(), opt, pad=0, device=torch.device("cpu"), rank=0, world=1)
+    monkeypatch.undo()
+    for p in model.parameters():                       # a NaN gradient: no step is taken
+        p.grad = torch.full_like(p, float("nan"))
+    with pytest.raises(train.NonFinite, match="gradient norm is nan"):
+        train.clip_and_step(model, opt, cfg, 1e-3)
+    after = {n: p.full_tensor() for n, p in model.named_parameters()}
+    assert all(torch.equal(before[n], after[n]) for n in before)
