@@ -44,6 +44,9 @@ def test_tiny_gpu_check_runs_on_the_cpu_with_only_torch_and_transformers(tmp_pat
         parts = sum(f[k] for k in ("rollout_s", "reward_s", "old_logp_s", "train_s", "weight_sync_s"))
         assert 0 < parts <= f["step_s"] * (1 + 1e-6) and f["rollout_tok_s"] > 0 and f["update_tflop_s"] > 0
         assert f["mfu"] is None and f["peak_mem_gib"] is None   # no GPU: no peak to divide by, no CUDA memory
+        assert f["syncs_per_decode_step"] is None                 # counted by CUDA's sync debug mode only
+    assert llm["plan_gib"] > 0 and llm["plan_phase"] in ("rollout", "update", "step", "sync")   # beside the peak
+    assert report["written_by"] == "fgrpo bench/gpu_check.py"
 
 
 def test_peak_comes_from_the_gpu_name_or_the_flag():
