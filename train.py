@@ -7,11 +7,17 @@ F-GRPO training: GRPO / DAPO / CISPO with the focal advantage weight (arXiv 2602
     python train.py --task math --model tiny --tokenizer ../shared/data/tokenizers/qwen2.5 \\
         --data ../shared/data/train/deepscaler_partial.jsonl --device cpu --prompts_per_step 2 \\
         --mini_batch_prompts 1 --group_size 4 --max_response_len 16 --steps 1   # smoke test, seconds
+    python train.py --plan true --model ../shared/data/models/qwen2.5-7b --nproc 8   # memory per rank, seconds
 
 Writes in --out_dir: run.json, metrics.jsonl, ckpt/step_NNNNNN (DCP checkpoints, for --resume) and
 Hugging Face model folders that from_pretrained and evaluate.py load: final, epoch_E after every epoch
 of the math data, step_NNNNNN every --export_every steps (the exports checkpoint selection picks from,
 PAPER App. L.4: evaluate.py --models 'out/train/epoch_*').
+
+At the paper's scale (memory.py has the plan): on CUDA the rollouts come from vLLM (--engine auto),
+each decoder layer is checkpointed (--grad_checkpointing auto), micro-batches hold at most
+--micro_batch_tokens padded tokens, the log-probs never hold the (tokens, vocabulary) logits whole
+(rollout.policy_logp), and the K newest checkpoints are kept (--keep_checkpoints).
 
 One step: rollouts (N per prompt, engine) -> rewards -> success rate mu_hat and focal weight g ->
 advantages -> old log-probs from the trainer -> mini-batch updates with the global token count ->
