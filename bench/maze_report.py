@@ -70,11 +70,20 @@ def load_runs(cfg):
         metrics = [json.loads(line) for line in (d / "metrics.jsonl").read_text().splitlines() if line.strip()]
         result = Path(cfg.evals) / f"{d.name}.json"
         runs[(c["group_size"], float(c["gamma"]))][c["seed"]] = {
-            "metrics": metrics, "name": d.name, "rule": c.get("maze_reward", "walk"),
+            "metrics": metrics, "name": d.name, "rule": c.get("maze_reward", "walk"), "config": c,
             "eval": evaluate.load_result(result)["benchmarks"]["maze"] if result.is_file() else None}
     if not runs:
         sys.exit(f"error: no train.py run folder matches {cfg.runs!r}")
+    variants = {variant(r["config"]) for seeds in runs.values() for r in seeds.values()}
+    if len(variants) > 1:            # arms are keyed by (N, gamma): other knobs must agree
+        sys.exit(f"error: --runs mixes runs of other settings ({'; '.join(sorted(variants))}); report one at a time")
     return runs
+
+
+def variant(c):
+    """The run's setting of the knobs that are not N or gamma (the ablations), as a label."""
+    return (f"norm_std {c.get('norm_std', True)}, loss_agg {c.get('loss_agg', 'token-mean')}, "
+            f"loss {c.get('loss', 'grpo')}, lr {c.get('lr')}")
 
 
 def fmt(m, se, sign=""):

@@ -83,3 +83,17 @@ def test_sft_edges_are_checked_before_any_work(tmp_path):
     for edges in ((0.2, 0.05), (0.0, 0.5), (0.5, 1.0)):
         with pytest.raises(ValueError, match="--sft_edges"):
             maze_report.Config(sft_edges=edges)
+
+
+def test_runs_of_another_ablation_setting_are_not_pooled(tmp_path):
+    """Arms are keyed by N and gamma: a --loss_agg or --norm_std run among them would be averaged in."""
+    plant(tmp_path, "N8_g0_s0", 8, 0.0, 0, 0.5)
+    plant(tmp_path, "N8_g0_s1", 8, 0.0, 1, 0.5)
+    run = tmp_path / "runs" / "N8_g0_s1" / "run.json"
+    c = json.loads(run.read_text())
+    c["config"]["loss_agg"] = "seq-mean-token-mean"
+    run.write_text(json.dumps(c))
+    cfg = maze_report.Config(runs=str(tmp_path / "runs" / "N*"), evals=str(tmp_path / "evals"),
+                             sft=str(tmp_path / "absent.json"), figure=str(tmp_path / "f.png"), table=str(tmp_path / "t.md"))
+    with pytest.raises(SystemExit, match="mixes runs of other settings"):
+        maze_report.main(cfg)
