@@ -47,7 +47,7 @@ from transformers import AutoConfig, AutoModelForCausalLM
 import rollout
 
 GiB = 1 << 30
-CHUNK_BYTES = getattr(rollout, "CHUNK_BYTES", 1 << 30)   # policy_logp's (chunk, V) fp32 temporaries
+CHUNK_BYTES = rollout.CHUNK_BYTES  # policy_logp's (chunk, V) fp32 temporaries
 ENGINE_MAX_BATCH = 512          # TorchEngine's max_batch_size (rows sampled per forward)
 CUDA_RUNTIME_GIB = 1.5          # CUDA context, NCCL buffers, cuBLAS workspace: an estimate, per rank
 MATH_PROMPTS = 39_202           # DeepScaleR: the math run exports once per epoch of these
@@ -215,7 +215,7 @@ def plan(cfg, world, gpu_memory_gb=80.0, config=None):
         f"{rows_} x {row_len} tokens, {(per_tok + final_norm + backward) / 2**20:.2f} MiB/token, checkpointing "
         f"{'on' if ckpt else 'off'}", "--micro_batch_tokens" if ckpt else "--grad_checkpointing true", step_b=0)
     V, h = m["V"], m["h"]
-    chunk = min(CHUNK_BYTES, completion * V * 4 * 2)        # z and p, (chunk, V) fp32
+    chunk = min(CHUNK_BYTES, completion * V * 4 * rollout.CHUNK_TEMPS)   # z and p, (chunk, V) fp32
     head = chunk + 2 * completion * h * d                  # dW is the head's gradient: counted above
     row("log-prob head (policy_logp)", 0, head, 0,
         f"{g(chunk):.2f} GiB chunks + {completion} completion hidden states and their grads", "--micro_batch_tokens",
