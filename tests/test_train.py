@@ -333,8 +333,8 @@ def test_math_exports_each_epoch_for_evaluate_py_and_a_resume_keeps_them(data, t
                       "--export_every", "4", "--sample_every", "0", "--lr", "1e-3", "--out_dir", str(out))
     r = subprocess.run(flags, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stderr[-3000:]
-    assert sorted(p.name for p in out.iterdir()) == ["ckpt", "epoch_1", "epoch_2", "final", "metrics.jsonl",
-                                                     "run.json", "step_000004"]
+    assert sorted(p.name for p in out.iterdir()) == [".fgrpo.json", ".train.lock", "ckpt", "epoch_1", "epoch_2",
+                                                     "final", "metrics.jsonl", "run.json", "step_000004"]
     progress = {name: json.loads((out / name / "progress.json").read_text()) for name in ("epoch_1", "epoch_2", "final")}
     assert [progress[n]["step"] for n in progress] == [3, 6, 6]
     assert progress["epoch_1"]["epochs"] == 9 / 8 and progress["epoch_1"]["rollouts"] == 3 * 3 * 2

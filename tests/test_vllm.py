@@ -241,8 +241,13 @@ def test_one_engine_takes_each_checkpoints_weights(setup, tmp_path):
         want = completion_logp(other, [prompts[i] for i in r.prompt_index], r.token_ids, maze.PAD)
         gap = max((torch.tensor(e) - w).abs().max().item() for e, w in zip(r.engine_logp, want))
         assert gap < TOL, gap
+        load_checkpoint_weights(engine, setup["path"])      # and back: the fixture's checkpoint as saved
+        saved = maze.AutoModelForCausalLM.from_pretrained(setup["path"]).eval()
+        r = sample(engine, prompts, [7, 8, 9])
+        want = completion_logp(saved, [prompts[i] for i in r.prompt_index], r.token_ids, maze.PAD)
+        assert max((torch.tensor(e) - w).abs().max().item() for e, w in zip(r.engine_logp, want)) < TOL
     finally:
-        load_checkpoint_weights(engine, setup["path"])      # the other tests' weights again
+        sync_weights(setup["model"], engine)                # the other tests' weights (maybe trained) again
     r = sample(engine, prompts, [7, 8, 9])
     want = completion_logp(setup["model"], [prompts[i] for i in r.prompt_index], r.token_ids, maze.PAD)
     assert max((torch.tensor(e) - w).abs().max().item() for e, w in zip(r.engine_logp, want)) < TOL
