@@ -147,6 +147,7 @@ class Config:
                     check_pretrained(m, flag)
                 if self.mode == "eval" and "maze" in self.benchmarks:
                     check((Path(m) / "sft.json").is_file(), f"{flag} {m}: no sft.json, not a maze checkpoint")
+        loaded = []                                    # the results, read once for the checks below
         for f in self.inputs if self.mode in ("compare", "report", "select") else ():
             check(Path(f).is_file(), f"--inputs {f}: no such file")
             if self.mode != "select" or not is_selection_file(f):
@@ -155,8 +156,9 @@ class Config:
                     check(isinstance(r["config"], dict) and isinstance(r["benchmarks"], dict), "")
                 except (ValueError, KeyError, TypeError, AttributeError, RecursionError, OSError):
                     raise ValueError(f"--inputs {f}: not a result of evaluate.py (no config and benchmarks)") from None
+                loaded.append(r)
         if self.mode == "compare":
-            ra, rb = (load_result(f) for f in self.inputs)
+            ra, rb = loaded
             differ = score_differences([ra, rb])
             check(not differ, "--inputs: A and B were scored under different settings (" + ", ".join(
                 f"{k} {ra['config'].get(k)} vs {rb['config'].get(k)}" for k in differ) + "); compare like with like")
@@ -631,7 +633,7 @@ def write_selection(cfg, paths, out):
     (.json, result paths relative to it) and a table of every candidate beside it (.md)."""
     out = Path(out)
     # A selection among the inputs (runs/eval/grpo/*.json picks up selection.json) is no candidate.
-    results = {str(p): load_result(p) for p in paths if not is_selection(json.loads(Path(p).read_text()))}
+    results = {str(p): load_result(p) for p in paths if not is_selection_file(p)}
     try:
         cap = baseline_rollouts(cfg.baseline) if cfg.baseline else None
         sel = select_checkpoint(results, cap)
