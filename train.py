@@ -48,6 +48,7 @@ import socket
 import subprocess
 import sys
 import time
+import zlib
 from dataclasses import asdict, dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -540,9 +541,10 @@ def save_checkpoint(model, opt, step, cfg, out_dir):
     io_barrier()
     dcp.save({"model": msd, "optim": osd}, checkpoint_id=str(tmp), process_group=IO_GROUP)
     io_barrier()
+    crcs = shard_crcs(tmp)
     if dist.get_rank() == 0:
         atomic_write_json(tmp / "meta.json", {"step": step, "config": asdict(cfg),
-                                              "rng": torch.get_rng_state().tolist()})
+                                              "rng": torch.get_rng_state().tolist(), "crc32": crcs})
         replace_dir(tmp, final)           # a damaged step_N that resume skipped is replaced, not an error
         for old in superseded_checkpoints(ckpt_root, cfg.keep_checkpoints):
             shutil.rmtree(old)
@@ -551,6 +553,38 @@ def save_checkpoint(model, opt, step, cfg, out_dir):
 
 # What DCP and save_checkpoint write in a step folder; a folder holding anything else is not deleted.
 CHECKPOINT_FILES = re.compile(r"meta\.json|\.metadata|__\d+_\d+\.distcp")
+
+
+def crc32(path, chunk=1 << 24):
+    crc = 0
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            crc = zlib.crc32(block, crc)
+    return crc
+
+
+def shard_crcs(folder, names=None):
+    """{file: CRC-32} of DCP's files in a checkpoint folder (or of `names`), each rank reading its share
+    of the files and all ranks getting the whole dict. DCP stores no checksum, and bytes changed inside
+    a tensor load without an error: meta.json keeps these, and resume compares them before loading."""
+    if names is None:
+        names = sorted(f.name for f in folder.iterdir() if f.name != "meta.json" and CHECKPOINT_FILES.fullmatch(f.name))
+    mine = {n: crc32(folder / n) if (folder / n).is_file() else None
+            for n in names[dist.get_rank()::dist.get_world_size()]}
+    parts = [None] * dist.get_world_size()
+    dist.all_gather_object(parts, mine, group=IO_GROUP)
+    return {n: c for part in parts for n, c in part.items()}
+
+
+def check_crcs(folder, meta):
+    """ValueError naming the first of DCP's files whose bytes differ from those saved (checkpoints
+    saved without checksums pass)."""
+    saved = meta.get("crc32")
+    if saved is None:
+        return
+    now = shard_crcs(folder, sorted(saved))
+    for name in sorted(saved):
+        check(now[name] == saved[name], f"{name}: {'missing' if now[name] is None else 'bytes differ from those saved'}")
 
 
 def superseded_checkpoints(ckpt_root, keep):
@@ -592,6 +626,8 @@ def checkpoint_meta(path):
     rng = meta.get("rng")
     check(isinstance(rng, list) and len(rng) == torch.get_rng_state().numel()
           and all(isinstance(b, int) and 0 <= b < 256 for b in rng), "meta.json: no whole RNG state")
+    crcs = meta.get("crc32", {})
+    check(isinstance(crcs, dict) and all(isinstance(n, str) and CHECKPOINT_FILES.fullmatch(n) and isinstance(c, int) for n, c in crcs.items()), "meta.json: bad crc32")
     try:
         storage = dcp.FileSystemReader(str(path)).read_metadata().storage_data
     except Exception as e:            # a cut pickle raises EOFError, UnpicklingError, ... by where it was cut
@@ -622,6 +658,7 @@ def find_checkpoint_among(folders):
 
 def load_checkpoint(model, opt, path, meta):
     """Restore model, optimizer and RNG from a folder find_checkpoint chose; the step to continue from."""
+    check_crcs(path, meta)
     msd, osd = get_state_dict(model, opt)
     state = {"model": msd, "optim": osd}
     dcp.load(state, checkpoint_id=str(path), process_group=IO_GROUP)
@@ -632,8 +669,8 @@ def load_checkpoint(model, opt, path, meta):
 
 def resume_from(model, opt, ckpt, meta):
     """Load the checkpoint check_run chose. One that passes checkpoint_meta may still fail to load
-    (bytes damaged inside a shard, its size unchanged): then, on every rank alike, warn and take the
-    next older whole one. A partial load is harmless, the next one overwrites every tensor. Refuses
+    (bytes damaged inside a shard, its size unchanged: a checksum differs, or DCP cannot read it):
+    then, on every rank alike, warn and take the next older whole one. A partial load is harmless, the next one overwrites every tensor. Refuses
     when none loads. Returns the step to continue from."""
     while True:
         try:

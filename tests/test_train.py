@@ -412,3 +412,24 @@ def test_a_shard_damaged_inside_falls_back_to_the_checkpoint_before(tiny_run, tm
     assert "warning: step_000004 could not be loaded" in r.stderr + r.stdout and "resumed from step 3" in r.stdout, \
         r.stderr[-2000:]
     assert_same_metrics(read_metrics(run), read_metrics(whole))
+
+
+def test_bytes_flipped_inside_a_tensor_are_found_by_their_checksum(tiny_run, tmp_path):
+    """Bytes flipped in the middle of a shard, inside a tensor's data: DCP would load them without an
+    error (it stores no checksum), and the run would go on from weights nobody saved. The CRC-32 that
+    meta.json keeps differs, so resume warns and takes the checkpoint before."""
+    flags, whole = tiny_run
+    run = tmp_path / "run"
+    shutil.copytree(whole, run)
+    shard = run / "ckpt" / "step_000004" / "__0_0.distcp"
+    size = shard.stat().st_size
+    with open(shard, "r+b") as f:
+        f.seek(size // 2)
+        b = f.read(16)
+        f.seek(size // 2)
+        f.write(bytes(x ^ 0xFF for x in b))
+    r = resume(flags, run, 4)
+    assert "warning: step_000004 could not be loaded (ValueError: __0_0.distcp: bytes differ" in r.stderr + r.stdout, \
+        r.stderr[-2000:]
+    assert "resumed from step 3" in r.stdout
+    assert_same_metrics(read_metrics(run), read_metrics(whole))
