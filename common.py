@@ -174,16 +174,103 @@ def data_dir():
 
 
 # -----------------------------------------------------------------------------
-# Output folders: we never delete or overwrite what we did not write.
+# What is ours: we never delete or overwrite what we did not write. One rule, for every script:
 #
-# A folder we write whole (a maze checkpoint, train.py's final export) carries a marker file,
-# MARKER, that lists the names we put in it. An entry of a folder is ours when the marker lists it,
-# when the caller names it as one of its fixed outputs (`known`: train.py's run.json, ckpt, ...; a
-# known name may be a glob pattern, as train.py's per-epoch exports "epoch_[0-9]*" are), or when it
-# is the leftover of one of our atomic writes of such a name (.NAME.tmp.*, .NAME.old).
-# A folder may be written into, or replaced, only when every entry in it is ours.
+# - A single output file (evaluate.py's --out results, tables and plots; bench scripts' reports)
+#   carries the mark of the script that wrote it inside: a JSON object's "written_by", a table's
+#   first line, a PNG's "Software" text (written_by, file_mark).
+# - A folder we write whole (a maze checkpoint, train.py's exports) or write into (train.py's and
+#   simulate.py's --out_dir) carries a marker file, MARKER, that lists the names we put in it. An
+#   entry of a folder is ours when the marker lists it, when the caller names it as one of its fixed
+#   outputs (`known`: train.py's run.json, ckpt, ...; a known name may be a glob pattern, as
+#   train.py's per-epoch exports "epoch_[0-9]*" are), or when it is the leftover of one of our atomic
+#   writes of such a name (.NAME.tmp.*, .NAME.old).
+# A file may be replaced only when it is ours (is_ours); a folder may be written into, or replaced,
+# only when every entry in it is ours (check_out_dir). The scripts ask nothing else.
 
 MARKER = ".fgrpo.json"
+MARK = "fgrpo"
+
+
+def written_by(script):
+    """The mark a script puts inside the files it writes: "fgrpo evaluate.py"."""
+    return f"{MARK} {script}"
+
+
+def table_mark(script):
+    """The first line of a markdown table we write: an HTML comment, invisible when rendered."""
+    return f"<!-- written by {written_by(script)}; rerunning it replaces this file -->\n"
+
+
+def file_mark(path):
+    """The mark inside an output file ("fgrpo evaluate.py"), or None: a JSON object's "written_by",
+    a markdown table's first line, a PNG's "Software" text."""
+    p = Path(path)
+    try:
+        if p.suffix == ".json":
+            obj = json.loads(p.read_text())
+            return obj.get("written_by") if isinstance(obj, dict) else None
+        if p.suffix == ".md":
+            with open(p) as f:
+                first = f.readline()
+            return first[len("<!-- written by "):].split(";")[0] if first.startswith("<!-- written by ") else None
+        if p.suffix == ".png":
+            from PIL import Image                       # matplotlib's own dependency
+            with Image.open(p) as im:
+                return im.info.get("Software")
+    except Exception:                # unreadable, not UTF-8, not a PNG ...: not ours, whatever the error
+        return None
+    return None
+
+
+def is_ours(path, script=None):
+    """Whether an existing file or folder is ours to replace. A file: the marker of its folder lists
+    it, or it carries our mark inside (file_mark), `script`'s own when given. A folder: it holds our
+    marker and nothing that is not ours (foreign_entries). Symlinks are never ours: we make none."""
+    p = Path(path)
+    if p.is_symlink():
+        return False
+    if p.is_dir():
+        return (p / MARKER).is_file() and not foreign_entries(p)
+    if not p.is_file():
+        return False
+    if p.name in owned_entries(p.parent):
+        return True
+    mark = file_mark(p)
+    return isinstance(mark, str) and (mark == written_by(script) if script else mark.startswith(MARK + " "))
+
+
+def foreign_entries(folder, known=()):
+    """The entries of `folder` that are not ours: not listed by its marker, not one of the caller's
+    `known` output names, not the leftover of an atomic write of either."""
+    ours = owned_entries(folder) | {MARKER}
+    return sorted(e for e in os.listdir(folder) if e not in ours and not is_known(e, known)
+                  and not is_temp_of(e, ours, known))
+
+
+def write_json_out(path, obj, script):
+    """Write a JSON output file atomically, with `script`'s mark first."""
+    atomic_write_json(path, {"written_by": written_by(script), **obj})
+
+
+def write_table_out(path, text, script):
+    """Write a markdown output file atomically, with `script`'s mark as its first line."""
+    atomic_write_text(path, table_mark(script) + text)
+
+
+def png_metadata(script):
+    """savefig(..., metadata=png_metadata(script)) puts `script`'s mark in the PNG."""
+    return {"Software": written_by(script)}
+
+
+def check_out_file(path, flag, script):
+    """Raise ValueError naming `flag` unless `path` may be written by `script`: absent, or a file that
+    `script` wrote (is_ours); its folder writable."""
+    p = Path(path)
+    check(not p.exists() and not p.is_symlink() or is_ours(p, script),
+          f"{flag} {p}: exists and {script} did not write it; choose another {flag} (we never write over "
+          "what is not ours)")
+    check_writable(p.parent, flag)
 
 
 def owned_entries(folder):
@@ -222,9 +309,7 @@ def check_out_dir(path, flag="--out_dir", known=()):
     p = Path(path)
     check(not p.exists() or p.is_dir(), f"{flag} {p}: is a file, not a folder")
     if p.is_dir():
-        ours = owned_entries(p) | {MARKER}
-        foreign = sorted(e for e in os.listdir(p) if e not in ours and not is_known(e, known)
-                         and not is_temp_of(e, ours, known))
+        foreign = foreign_entries(p, known)
         if foreign:
             more = f" and {len(foreign) - 1} more" if len(foreign) > 1 else ""
             raise ValueError(f"{flag} {p}: holds {foreign[0]!r}{more}, which we did not write; choose "

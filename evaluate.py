@@ -54,8 +54,10 @@ import numpy as np
 import ood
 import reward
 from advantage import ks_up_to, pass_at_k_curve, pass_at_k_table
-from common import (atomic_write_json, atomic_write_text, check, check_device, check_min, check_positive,
-                    check_pretrained, check_utf8, check_writable, data_dir, parse_config, refuse, remove_temp)
+from common import (check, check_device, check_min, check_out_file, check_positive, check_pretrained, check_utf8,
+                    data_dir, parse_config, png_metadata, refuse, remove_temp, write_json_out, write_table_out)
+
+SCRIPT = "evaluate.py"           # the mark in every file it writes (common.is_ours)
 
 # name -> (file under data_dir()/eval, task). Table 1 orders them as MATH then OOD.
 BENCHMARKS = {
@@ -111,7 +113,7 @@ class Config:
     rare_samples: int = 800
     rare_frac: float = 0.01        # top 1% by base NLL among correct rollouts, in (0, 1]
     out: str = "runs/eval/result.json"   # a .json (report: a stem for .md and .png; --models: a folder); an
-                                         # existing file is replaced only if evaluate.py wrote it (written_by_us)
+                                         # existing file is replaced only if evaluate.py wrote it (common.is_ours)
 
     def __post_init__(self):
         check(self.mode in ("eval", "select", "compare", "report", "rare_select", "rare_score"),
@@ -188,9 +190,7 @@ class Config:
         inputs = {Path(f).resolve() for f in self.inputs if not (self.mode == "select" and is_selection_file(f))}
         for f in outputs(self):
             check(f.resolve() not in inputs, f"--out {self.out}: {f} is one of --inputs; write it elsewhere")
-            check(not f.exists() or (f.is_file() and written_by_us(f)),
-                  f"--out {self.out}: {f} exists and evaluate.py did not write it; choose another --out")
-            check_writable(f.parent, "--out")
+            check_out_file(f, "--out", SCRIPT)
 
 
 def outputs(cfg):
@@ -227,20 +227,6 @@ def expand_models(models):
     check(clash[0] is None, f"--models: the result name {clash[0]!r} would be written twice (or is the "
           "selection's); evaluate one run's checkpoints per --out folder")
     return tuple(found)
-
-
-def written_by_us(path):
-    """Whether an existing output file is one evaluate.py wrote, which it may replace: a JSON object
-    with our "config" (every mode writes one), a table that starts as ours, a plot beside such a table."""
-    path = Path(path)
-    try:
-        if path.suffix == ".md":
-            return path.read_text().startswith("| Run |")
-        if path.suffix == ".png":
-            return written_by_us(path.with_suffix(".md"))
-        return isinstance(json.loads(path.read_text()).get("config"), dict)
-    except (OSError, ValueError, AttributeError):
-        return False
 
 
 # -----------------------------------------------------------------------------
@@ -455,8 +441,8 @@ def training_progress(model):
 
 def save_result(cfg, result):
     result["averages"] = averages(result["benchmarks"])
-    atomic_write_json(cfg.out, result)
-    atomic_write_text(Path(cfg.out).with_suffix(".md"), table([result], [Path(cfg.out).stem]))
+    write_json_out(cfg.out, result, SCRIPT)
+    write_table_out(Path(cfg.out).with_suffix(".md"), table([result], [Path(cfg.out).stem]), SCRIPT)
 
 
 # -----------------------------------------------------------------------------
@@ -516,7 +502,7 @@ def plot(results, labels, path):
     axes.flat[0].legend(fontsize=8)
     fig.tight_layout()
     Path(path).parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=120, metadata=png_metadata(SCRIPT))
     plt.close(fig)
 
 
@@ -556,7 +542,7 @@ def run_report(cfg):
     differ = score_differences(results)             # mixed settings: each row names its own
     labels = [label + "".join(f" ({k} {r['config'].get(k)})" for k in differ) for label, r in zip(labels, results)]
     md = table(results, labels)
-    atomic_write_text(Path(cfg.out).with_suffix(".md"), md)
+    write_table_out(Path(cfg.out).with_suffix(".md"), md, SCRIPT)
     plot(results, labels, Path(cfg.out).with_suffix(".png"))
     print(md)
 
@@ -645,7 +631,7 @@ def write_selection(cfg, paths, out):
     summary = {"config": asdict(cfg), "rule": "PAPER App. L.4: best by mean math pass@1; with a baseline, only "
                "checkpoints with no more rollouts than its best (evaluate.select_checkpoint)",
                "baseline": cfg.baseline or None, "max_rollouts": cap, **sel}
-    atomic_write_json(out, summary)
+    write_json_out(out, summary, SCRIPT)
     best = sel["best"]
     lines = [f"best by math pass@1 (mean over {', '.join(sel['math_benchmarks'])}; n = {sel['n']}): {best['model']} "
              f"({100 * best['math_pass@1']:.1f}%, step {best['step']}, {best['rollouts']} rollouts; {best['result']})"]
@@ -653,7 +639,7 @@ def write_selection(cfg, paths, out):
         lines.append(f"candidates: no more than {cap} rollouts, the best of the baseline {cfg.baseline}")
     lines += [f"left out: {e['result']}: {e['reason']}" for e in sel["excluded"]]
     md = table(*zip(*rows)) + "\n" + "\n".join(lines) + "\n"
-    atomic_write_text(out.with_suffix(".md"), md)
+    write_table_out(out.with_suffix(".md"), md, SCRIPT)
     print("\n".join(lines) + f"\nwrote {out}")
     return summary
 
@@ -715,8 +701,8 @@ def run_compare(cfg):
         cells = [f"k={k}: {100 * v['diff']:+.1f} [{100 * v['lo']:+.1f}, {100 * v['hi']:+.1f}]"
                  + ("*" if v["significant"] else "") for k, v in per_k.items() if k in (1, cfg.m)]
         print(f"{name:14s} " + " | ".join(cells) + "   (B - A in points, 95% interval, * significant)")
-    atomic_write_json(cfg.out, {"config": asdict(cfg), "a": cfg.inputs[0], "b": cfg.inputs[1], "m": cfg.m,
-                                "iters": cfg.iters, "tests": res})
+    write_json_out(cfg.out, {"config": asdict(cfg), "a": cfg.inputs[0], "b": cfg.inputs[1], "m": cfg.m,
+                             "iters": cfg.iters, "tests": res}, SCRIPT)
     return res
 
 
@@ -754,8 +740,8 @@ def run_rare_select(cfg):
     base = nll(model, tok, prompts, completions) if completions else []
     top = max(1, math.ceil(cfg.rare_frac * len(base))) if base else 0
     keep = sorted(range(len(base)), key=lambda i: -base[i])[:top]          # highest NLL = rarest
-    atomic_write_json(cfg.out, {"config": asdict(cfg), "correct": len(base), "selected": [
-        {"prompt_ids": prompts[i], "completion_ids": completions[i], "nll_base": base[i]} for i in keep]})
+    write_json_out(cfg.out, {"config": asdict(cfg), "correct": len(base), "selected": [
+        {"prompt_ids": prompts[i], "completion_ids": completions[i], "nll_base": base[i]} for i in keep]}, SCRIPT)
     print(f"rare-correct set: {len(keep)} of {len(base)} correct rollouts -> {cfg.out}")
 
 
@@ -766,8 +752,8 @@ def run_rare_score(cfg):
     model, tok, _ = load_model(cfg)
     trained = nll(model, tok, [r["prompt_ids"] for r in rare], [r["completion_ids"] for r in rare])
     delta = float(np.mean([t - r["nll_base"] for t, r in zip(trained, rare)]))
-    atomic_write_json(cfg.out, {"config": asdict(cfg), "model": cfg.model, "rare": cfg.rare, "count": len(rare),
-                                "delta_nll_rare": delta})
+    write_json_out(cfg.out, {"config": asdict(cfg), "model": cfg.model, "rare": cfg.rare, "count": len(rare),
+                             "delta_nll_rare": delta}, SCRIPT)
     print(f"Delta NLL_rare = {delta:.4f} over {len(rare)} trajectories")
     return delta
 

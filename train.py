@@ -71,9 +71,9 @@ import reward
 from advantage import (CLIP_EPS, LOSS_AGG, aggregate, clip_bounds, ds_grpo_advantages, focal_advantages,
                        group_advantages, kl_k3, ks_up_to, pass_at_k_table, policy_loss, token_mean)
 from common import (MARKER, atomic_dir, atomic_write_json, atomic_write_text, check, check_device, check_min,
-                    check_out_dir, check_positive, check_pretrained, mark_out_dir, owned_entries, parse_config,
+                    check_out_dir, check_positive, check_pretrained, is_ours, mark_out_dir, parse_config,
                     refuse, remove_temp, replace_dir)
-from rollout import (Rollouts, completion_logp, make_engine, mix_seed, pack, policy_logp, register_policy_forward,
+from rollout import (Rollouts, make_engine, mix_seed, pack, policy_logp, register_policy_forward,
                      sync_weights, use_attention)
 
 
@@ -1006,7 +1006,7 @@ def check_run(cfg, world, out):
         problems.append(f"--mini_batch_prompts {cfg.mini_batch_prompts} must be divisible by the world size {world}")
     ckpt_root, exports = out / "ckpt", export_folders(out)
     for name in LOGS if not cfg.resume else ():   # a fresh run rewrites them: only if a run of ours wrote them
-        if (out / name).exists() and name not in owned_entries(out):
+        if (out / name).exists() and not is_ours(out / name, "train.py"):
             problems.append(f"--out_dir {out}: holds {name}, which no train.py run wrote there (no {MARKER} "
                             "lists it); move it away or choose another --out_dir")
     for p in sorted(ckpt_root.glob("step_*")) if ckpt_root.is_dir() else []:
@@ -1017,24 +1017,17 @@ def check_run(cfg, world, out):
         problems.append(f"--out_dir {out} holds checkpoints or exports of an earlier run: pass --resume true, "
                         "or choose another --out_dir")
     final = out / "final"                            # the export at the end replaces it: ours only
-    if final.is_symlink() or (final.exists() and not final.is_dir()):
-        problems.append(f"--out_dir {out}: 'final' is {'a symlink' if final.is_symlink() else 'a file'}, not an "
-                        "export of ours, and the run would end by replacing it; move it away")
-    elif final.is_dir() and not (final / MARKER).exists():
-        problems.append(f"--out_dir {out}: holds a folder 'final' that we did not write (no {MARKER}); move it "
-                        "away or choose another --out_dir")
-    elif final.is_dir():
-        try:
-            check_out_dir(final, "--out_dir")
-        except ValueError as e:
-            problems.append(str(e))
+    if (final.exists() or final.is_symlink()) and not (final.is_dir() and is_ours(final)):
+        what = "a symlink" if final.is_symlink() else "a folder" if final.is_dir() else "a file"
+        problems.append(f"--out_dir {out}: 'final' is {what} that we did not write (common.is_ours), and the "
+                        "run would end by replacing it; move it away or choose another --out_dir")
     ckpt, meta, skipped = find_checkpoint(ckpt_root) if cfg.resume else (None, None, [])
     changed = resume_conflicts(meta["config"], cfg) if meta else []
     if changed:
         problems.append(conflict_message(ckpt, changed))
     for folder in exports if cfg.resume else []:     # kept, never written again: ours, and this experiment's
         try:
-            check_out_dir(folder, "--out_dir")
+            check(is_ours(folder), "we did not write it")
             saved = json.loads((folder / "progress.json").read_text())["config"]
             for f in folder.glob("*.safetensors"):
                 check_safetensors(f)

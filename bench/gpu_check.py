@@ -35,7 +35,6 @@ the first is skipped when the last one says it would end past the part's deadlin
 Not yet timed on a GPU: the default budget leaves 80 s of the 8 minutes for start-up and imports.
 """
 import gc
-import json
 import platform
 import sys
 import tempfile
@@ -54,8 +53,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import maze  # noqa: E402
 import memory  # noqa: E402
 import train  # noqa: E402
-from common import (Task, atomic_write_json, check, check_device, check_min, check_positive, check_writable,  # noqa: E402
-                    parse_config)
+from common import (Task, check, check_device, check_min, check_out_file, check_positive, parse_config,  # noqa: E402
+                    write_json_out)
 from rollout import mix_seed, sync_weights  # noqa: E402
 
 
@@ -90,9 +89,7 @@ class Config:
         if self.peak_tflops:
             check_positive(self, "peak_tflops")
         if self.out:
-            check_writable(Path(self.out).parent, "--out")
-            check(not Path(self.out).exists() or ours(self.out),
-                  f"--out {self.out}: exists and gpu_check.py did not write it; choose another --out")
+            check_out_file(self.out, "--out", SCRIPT)
 
 
 # Shapes. Qwen2.5-1.5B's published config.json (the 1.5B model is what fits the 8-minute budget and
@@ -108,14 +105,7 @@ TINY = dict(prompts=4, group_size=4, prompt_len=16, max_new_tokens=8, maze_size=
 PEAK_TFLOPS = (("H100 PCIe", 756.0), ("H100", 989.0), ("H200", 989.0), ("A100", 312.0))
 
 
-WRITTEN_BY = "fgrpo bench/gpu_check.py"      # the mark of our --out files: only those are replaced
-
-
-def ours(path):
-    try:
-        return json.loads(Path(path).read_text()).get("written_by") == WRITTEN_BY
-    except (OSError, ValueError, AttributeError):
-        return False
+SCRIPT = "bench/gpu_check.py"       # the mark in its --out report (common.is_ours)
 
 
 def random_loader(shape, device):
@@ -292,7 +282,7 @@ def main(cfg):
                       replace(task, stop_token_ids=[]), maze.PAD, device, clock, t_start + cfg.budget_s)
     for f in (llm, mz):
         f["mfu"] = f["update_tflop_s"] / peak if peak else None
-    report = {"written_by": WRITTEN_BY, "config": asdict(cfg), "device": gpu, "torch": torch.__version__, "transformers": transformers.__version__,
+    report = {"config": asdict(cfg), "device": gpu, "torch": torch.__version__, "transformers": transformers.__version__,
               "peak_tflops": peak, "peak_source": peak_source, "total_s": time.perf_counter() - t_start,
               "llm_shape": ("tiny 2-layer Qwen2" if cfg.tiny else "Qwen2.5-1.5B shape") + ", random init, "
                            + ("bf16 compute, fp32 master" if device.type == "cuda" else "fp32"),
@@ -301,7 +291,7 @@ def main(cfg):
     print(f"\nGPU check on {gpu}: {report['total_s']:.0f} s in all; MFU against {peak or 'n/a'} TFLOP/s ({peak_source})")
     print(summary(report))
     if cfg.out:
-        atomic_write_json(cfg.out, report)
+        write_json_out(cfg.out, report, SCRIPT)
         print(f"wrote {cfg.out}")
     dist.destroy_process_group()
     return report

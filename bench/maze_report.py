@@ -32,7 +32,10 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import evaluate  # noqa: E402
 from advantage import pass_at_k_table  # noqa: E402
-from common import atomic_write_text, check, check_min, parse_config  # noqa: E402
+from common import check, check_min, check_out_file, parse_config, png_metadata, write_table_out  # noqa: E402
+
+
+SCRIPT = "bench/maze_report.py"      # the mark in its figure and table (common.is_ours)
 
 
 @dataclass
@@ -51,6 +54,10 @@ class Config:
 
     def __post_init__(self):
         check_min(self, 1, "bin", "early", "m", "iters")
+        check(Path(self.figure).suffix == ".png" and Path(self.table).suffix == ".md",
+              f"--figure {self.figure} / --table {self.table}: expected a .png and a .md")
+        check_out_file(self.figure, "--figure", SCRIPT)        # replaced only if this script wrote it
+        check_out_file(self.table, "--table", SCRIPT)
         e = self.sft_edges
         check(all(0 < x < 1 for x in e) and all(x < y for x, y in zip(e, e[1:])),
               f"--sft_edges {' '.join(map(str, e))}: must be increasing numbers inside (0, 1)")
@@ -141,7 +148,7 @@ def curves(runs, sft, cfg):
         axes[0, col].legend(fontsize=8)
     fig.tight_layout()
     Path(cfg.figure).parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(cfg.figure, dpi=90)
+    fig.savefig(cfg.figure, dpi=90, metadata=png_metadata(SCRIPT))
     plt.close(fig)
 
 
@@ -190,7 +197,7 @@ def table(runs, sft, cfg):
     if sft is not None:
         lines += by_sft_difficulty(runs, sft, cfg)
     text = "\n".join(lines) + "\n"
-    atomic_write_text(cfg.table, text)
+    write_table_out(cfg.table, text, SCRIPT)
     print(text)
 
 

@@ -162,3 +162,38 @@ def test_atomic_dir_writes_through_a_symlink_and_keeps_it(tmp_path):
     atomic_dir(link, lambda tmp: (tmp / "b.txt").write_text("y"))        # replaced again, through the link
     assert link.is_symlink() and sorted(p.name for p in target.iterdir() if not p.name.startswith(".")) == ["b.txt"]
     assert os.path.realpath(link) == str(target)
+
+
+def test_one_rule_decides_what_is_ours(tmp_path):
+    """common.is_ours answers for every script: a file carries its script's mark (JSON, table, PNG) or
+    is listed by its folder's marker; a folder holds our marker and nothing else of anyone's; a
+    symlink, a bare "config" object, or another script's mark where one script asks, is not ours."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    common.write_json_out(tmp_path / "r.json", {"config": {}}, "evaluate.py")
+    common.write_table_out(tmp_path / "r.md", "| Run |\n", "evaluate.py")
+    fig = plt.figure()
+    fig.savefig(tmp_path / "r.png", metadata=common.png_metadata("evaluate.py"))
+    fig.savefig(tmp_path / "plain.png")
+    plt.close(fig)
+    for name in ("r.json", "r.md", "r.png"):
+        assert common.is_ours(tmp_path / name, "evaluate.py") and common.is_ours(tmp_path / name)
+        assert not common.is_ours(tmp_path / name, "bench/gpu_check.py")
+    (tmp_path / "cfg.json").write_text('{"config": {}}')
+    (tmp_path / "list.json").write_text("[1]")
+    (tmp_path / "fake.png").write_text("not a png")
+    (tmp_path / "link.json").symlink_to(tmp_path / "r.json")
+    for name in ("plain.png", "cfg.json", "list.json", "fake.png", "link.json", "absent.json"):
+        assert not common.is_ours(tmp_path / name), name
+    folder = tmp_path / "export"
+    mark_out_dir(folder, ["model.safetensors"])
+    (folder / "model.safetensors").write_text("x")
+    assert common.is_ours(folder) and common.is_ours(folder / "model.safetensors")
+    (folder / "notes.txt").write_text("mine")
+    assert not common.is_ours(folder) and not common.is_ours(folder / "notes.txt")
+    (tmp_path / "bare").mkdir()
+    assert not common.is_ours(tmp_path / "bare")                          # no marker: someone's folder
+    with pytest.raises(ValueError, match="^--out .*cfg.json: exists and evaluate.py did not write it"):
+        common.check_out_file(tmp_path / "cfg.json", "--out", "evaluate.py")
+    common.check_out_file(tmp_path / "r.json", "--out", "evaluate.py")

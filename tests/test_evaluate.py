@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import advantage
+import common
 import evaluate
 import reward
 import rollout
@@ -282,7 +283,7 @@ def plant_result(path, model, counts, step=None, pending=()):
     bm = {b: {"n": 4, "task": "math", "ids": list(range(len(c))), "c": c, "pass@k": evaluate.pass_at_k_curve(4, c)}
           for b, c in counts.items()}
     checkpoint = None if step is None else {"step": step, "rollouts": step * 256 * 8}
-    evaluate.atomic_write_json(path, {"config": {"model": model}, "checkpoint": checkpoint, "benchmarks": bm,
+    common.atomic_write_json(path, {"config": {"model": model}, "checkpoint": checkpoint, "benchmarks": bm,
                                       "pending": list(pending), "averages": evaluate.averages(bm)})
     return str(path)
 
@@ -335,7 +336,7 @@ def test_selection_takes_the_baseline_best_then_the_focal_best_within_its_comput
     md = (tmp_path / "rep.md").read_text()
     assert "| grpo/epoch_3 | 50.0/" in md and "| fgrpo/epoch_2 | 50.0/" in md
     text = (tmp_path / "fgrpo" / "selection.md").read_text()
-    assert text.startswith("| Run |") and "out/fgrpo/epoch_2" in text and "left out: epoch_4.json" in text
+    assert text.splitlines()[1].startswith("| Run |") and "out/fgrpo/epoch_2" in text and "left out: epoch_4.json" in text
 
 
 def test_selection_refuses_results_of_another_evaluation_setting(tmp_path):
@@ -344,7 +345,7 @@ def test_selection_refuses_results_of_another_evaluation_setting(tmp_path):
     with pytest.raises(ValueError, match="other problems or another n"):
         evaluate.select_checkpoint({a: evaluate.load_result(a), b: evaluate.load_result(b)})
     gpqa = tmp_path / "c.json"
-    evaluate.atomic_write_json(gpqa, {"config": {"model": "c"}, "benchmarks": {"gpqa": {"n": 4, "ids": [0], "c": [1],
+    common.atomic_write_json(gpqa, {"config": {"model": "c"}, "benchmarks": {"gpqa": {"n": 4, "ids": [0], "c": [1],
                                                                                        "pass@k": {"1": 0.25}}}})
     with pytest.raises(ValueError, match="no math benchmark"):
         evaluate.select_checkpoint({str(gpqa): evaluate.load_result(gpqa)})

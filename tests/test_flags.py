@@ -181,8 +181,14 @@ def test_outputs_of_ours_are_accepted(tmp_path):
     (run / "metrics.jsonl").write_text("")
     train.Config(out_dir=str(run))
     result = tmp_path / "r.json"
-    result.write_text('{"config": {}}')
+    result.write_text('{"config": {}}')                  # a config is not a mark: not ours
+    with pytest.raises(ValueError, match="evaluate.py did not write it"):
+        evaluate.Config(out=str(result))
+    result.write_text('{"written_by": "fgrpo evaluate.py", "config": {}}')
     evaluate.Config(out=str(result))
+    (tmp_path / "r.md").write_text("| Run | mine |\n")    # the table beside it is checked too
+    with pytest.raises(ValueError, match="r.md: exists"):
+        evaluate.Config(out=str(result))
 
 
 @pytest.mark.parametrize("argv,package,pattern", [

@@ -71,5 +71,8 @@ def test_out_replaces_only_our_own_report(tmp_path):
     mine.write_text('{"config": {}, "notes": "mine"}')
     with pytest.raises(ValueError, match="gpu_check.py did not write it"):
         gpu_check.Config(out=str(mine))
-    mine.write_text(json.dumps({"written_by": gpu_check.WRITTEN_BY}))
+    mine.write_text(json.dumps({"written_by": "fgrpo evaluate.py"}))     # ours, but another script's result
+    with pytest.raises(ValueError, match="gpu_check.py did not write it"):
+        gpu_check.Config(out=str(mine))
+    mine.write_text(json.dumps({"written_by": "fgrpo bench/gpu_check.py"}))
     gpu_check.Config(out=str(mine))                               # ours: may be replaced

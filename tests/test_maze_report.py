@@ -97,3 +97,15 @@ def test_runs_of_another_ablation_setting_are_not_pooled(tmp_path):
                              sft=str(tmp_path / "absent.json"), figure=str(tmp_path / "f.png"), table=str(tmp_path / "t.md"))
     with pytest.raises(SystemExit, match="mixes runs of other settings"):
         maze_report.main(cfg)
+
+
+def test_figure_and_table_replace_only_their_own_files(tmp_path):
+    """--figure and --table wrote over whatever was there; now only over this script's own files."""
+    mine = tmp_path / "mine.png"
+    mine.write_bytes(b"\x89PNG my plot")
+    with pytest.raises(ValueError, match="--figure .*maze_report.py did not write it"):
+        maze_report.Config(figure=str(mine), table=str(tmp_path / "t.md"))
+    (tmp_path / "t.md").write_text("| my notes |\n")
+    with pytest.raises(ValueError, match="--table .*maze_report.py did not write it"):
+        maze_report.Config(figure=str(tmp_path / "f.png"), table=str(tmp_path / "t.md"))
+    maze_report.Config()                                # the shipped figure carries the mark
