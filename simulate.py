@@ -52,8 +52,8 @@ import numpy as np
 import torch
 
 from advantage import focal_weight, group_advantages, success_rate, tail_miss_argmax, tail_miss_probability
-from common import (atomic_write_json, atomic_write_text, check, check_out_dir, check_positive, parse_config, refuse,
-                    remove_temp)
+from common import (atomic_write_json, atomic_write_text, check, check_out_dir, check_positive, mark_out_dir, parse_config,
+                    refuse, remove_temp)
 
 
 OUTPUTS = ("results.json", "fig2.png", "fig3.png", "fig5.png", "sensitivity.json", "sensitivity.md",
@@ -113,7 +113,9 @@ class Config:
         check(self.surrogate in ("distinct", "counts"), "--surrogate must be 'distinct' or 'counts'")
         check(self.log_every >= 1, "--log_every must be >= 1")
         check(self.workers >= 0, "--workers must be >= 0")
-        check_out_dir(self.out_dir, known=OUTPUTS)       # before any compute; never over what is not ours
+        # Before any compute, never over what is not ours: what the marker lists, and the temps of a
+        # killed write (removed by main), which may come before the first marker.
+        check_out_dir(self.out_dir, known=[f".{n}.tmp.*" for n in OUTPUTS])
 
 
 # -----------------------------------------------------------------------------
@@ -618,11 +620,13 @@ def run_sensitivity(cfg, out):
         q0 = initial_q_pos(cfg)
         atomic_write_json(path, dict(config=dataclasses.asdict(cfg), wall_s=round(time.perf_counter() - t0, 1),
                                      q_pos0=q0, results=results))
+        mark_out_dir(out, [path.name])
     for r in results:                       # judged from the saved runs, so a new threshold needs no rerun
         r["claims"] = judge_claims(r["runs"], q0)
     results.sort(key=lambda r: preference(r["setting"], sum(ok for ok, _ in r["claims"].values())))
     text = claims_table([(setting_label(r["setting"]), r["claims"]) for r in results])
     atomic_write_text(out / "sensitivity.md", text + "\n")
+    mark_out_dir(out, ["sensitivity.md"])
     print(text)
     print(f"most claims, closest to the paper: {setting_label(results[0]['setting'])}")
     for wd in (0.0, 0.01):
@@ -641,6 +645,7 @@ def save(fig, path):
         fig.tight_layout()
         fig.savefig(tmp, dpi=90, format="png")
         os.replace(tmp, path)
+        mark_out_dir(Path(path).parent, [Path(path).name])
     finally:
         tmp.unlink(missing_ok=True)
         plt.close(fig)
@@ -743,6 +748,7 @@ def main(cfg):
         if cfg.surrogate == "distinct":                                       # Eq. 5 is the distinct reading
             res["one_step"] = one_step_check(cfg, SENSITIVITY["group_sizes"], draws=ONE_STEP_DRAWS)
         atomic_write_json(out / "results.json", res)
+        mark_out_dir(out, ["results.json"])
         print("timing: " + " | ".join(f"{k} {v}" for k, v in timing.items()))
     print(table(res))
     Ns, gammas = {r["N"] for r in res["runs"]}, {r["gamma"] for r in res["runs"]}

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 
+import common
 import simulate as S
 from common import parse_config
 
@@ -396,6 +397,7 @@ def test_sensitivity_keeps_each_settings_runs_apart():
 
 def test_plot_only_on_a_broken_results_file_and_huge_group_sizes_are_refused(tmp_path, capsys):
     (tmp_path / "results.json").write_text('{"runs": []}')
+    common.mark_out_dir(tmp_path, ["results.json"])                       # ours, but damaged
     (tmp_path / ".fig2.png.tmp.123").write_text("left by a killed run")
     with pytest.raises(SystemExit) as e:
         S.main(parse_config(S.Config, ["--out_dir", str(tmp_path), "--plot_only", "true"]))
@@ -405,3 +407,13 @@ def test_plot_only_on_a_broken_results_file_and_huge_group_sizes_are_refused(tmp
     with pytest.raises(SystemExit) as e:
         parse_config(S.Config, ["--out_dir", str(tmp_path / "x"), "--group_sizes", str(2 ** 63)])
     assert e.value.code == 2 and "--group_sizes" in capsys.readouterr().err
+
+
+def test_a_users_file_with_an_output_name_is_never_written_over(tmp_path, capsys):
+    """--out_dir accepted any file named like an output (results.json, fig2.png) as ours and wrote
+    over it; only what the marker lists is ours now."""
+    (tmp_path / "results.json").write_text('{"mine": true}')
+    with pytest.raises(SystemExit) as e:
+        parse_config(S.Config, ["--out_dir", str(tmp_path), "--plot_only", "true"])
+    assert e.value.code == 2 and "results.json" in capsys.readouterr().err
+    assert (tmp_path / "results.json").read_text() == '{"mine": true}'
