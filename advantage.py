@@ -1,7 +1,7 @@
 """
 The paper's math as pure functions: no I/O, no state, no imports of ours.
 
-    python advantage.py          # prints the N = 8 focal-weight table of PAPER.md §3.2 and m_gamma
+    python advantage.py          # prints the N = 8 focal weights g (Eqs. 11-13) with A+/A- before g, and m_gamma
 
 What lives here, by equation of arXiv 2602.06717 (v2):
     group_advantages       Eq. 3          A_i = (R_i - mean R) / (std R + eps)
@@ -16,7 +16,7 @@ What lives here, by equation of arXiv 2602.06717 (v2):
     tail_miss_probability  Lemma 3.1      Pr(active group that misses a rare correct subset E)
     pass_at_k              Eq. 27         unbiased pass@k from c correct of n samples (and its tables)
 
-Choices the paper leaves open (PAPER.md §10), all verl defaults since the paper ran verl:
+Choices the paper leaves open, all verl defaults since the paper ran verl:
 1) std in Eq. 3 is the unbiased (N-1) one and eps = 1e-6.
 2) log-ratio clamped to +-20 before exp; a dual clip c = 3 caps the loss of A < 0 tokens (GRPO/DAPO).
 3) token-mean over the whole optimizer mini-batch: pass the global token count as num_tokens.
@@ -26,8 +26,9 @@ import math
 import numpy as np
 import torch
 
-# Clip widths (eps_low, eps_high) per loss, PAPER.md §3.3 / Appendix L.2. CISPO's are the bounds of the
-# importance weight, 1 - 1.0 = 0 and 1 + 5.0 = 6, not a PPO-sized clip (IMPLEMENTATION_NOTES §1.4).
+# Clip widths (eps_low, eps_high) per loss, Appendix B (Eqs. 14-16) / Appendix L.2. CISPO's are the bounds
+# of the importance weight, 1 - 1.0 = 0 and 1 + 5.0 = 6, not a PPO-sized clip (verl's CISPO loss reuses
+# PPO's clip_ratio_low/high, 0.2/0.2 by default).
 CLIP_EPS = {"grpo": (0.2, 0.2), "dapo": (0.2, 0.28), "cispo": (1.0, 5.0)}
 
 
@@ -38,7 +39,7 @@ def group_advantages(rewards, normalize_std=True, eps=1e-6):
     """GRPO group-relative advantage, Eq. 3.
 
     A_i = (R_i - mean_j R_j) / (std_j R_j + eps), std unbiased (N - 1).
-    normalize_std=False gives the mean-only form A_i = R_i - mean R (the simulation's, PAPER §5).
+    normalize_std=False gives the mean-only form A_i = R_i - mean R (the simulation's, Sec. 5.1, App. J).
     A group whose rewards are all equal (X = 0 or X = N) gets exactly 0: it carries no signal.
     rewards: (G, N), one row per prompt group  ->  (G, N)
     """
@@ -83,7 +84,7 @@ def focal_advantages(rewards, gamma, r_correct=1.0, r_wrong=0.0, normalize_std=T
 
     gamma = 0 gives g = 1 exactly, even at mu_hat = 1 (0^0 = 1): plain GRPO. Groups the policy
     already solves (mu_hat near 1) get g near 0: they are the ones whose updates concentrate
-    probability on the sampled correct answers (PAPER §4.4).
+    probability on the sampled correct answers (App. H).
     rewards: (G, N)  ->  (advantages (G, N), g (G,))
     """
     # The mean of N equal rewards can round just past R_c (seven of 0.1 do in float32); focal_weight
@@ -107,9 +108,10 @@ def ds_grpo_advantages(rewards, mean_logp_old, c_pos=0.05, c_neg=0.05, r_correct
     """DS-GRPO control (Gai et al. 2025), BEST GUESS: the paper describes it only in words.
 
     A_i = z_i - c+ [correct] lbar_i + c- [incorrect] lbar_i, where z is the group z-score with the
-    POPULATION std and lbar_i is rollout i's length-averaged log-prob under pi_old (PAPER.md §3.4,
-    from the one public implementation found). lbar < 0, so rare correct rollouts gain and rare
-    wrong ones lose. Note that, unlike GRPO, uniform groups get non-zero advantages here.
+    POPULATION std and lbar_i is rollout i's length-averaged log-prob under pi_old (from the one public
+    implementation found, a verl fork released with MaxRL; c+ = c- = 0.05 are its values, the paper
+    gives none). lbar < 0, so rare correct rollouts gain and rare wrong ones lose. Note that, unlike
+    GRPO, uniform groups get non-zero advantages here.
     rewards, mean_logp_old: (G, N)  ->  (G, N)
     """
     R = torch.as_tensor(rewards)
@@ -153,8 +155,8 @@ def token_mean(x, mask, num_tokens=None):
 
     For a true token mean over a mini-batch split into micro-batches and data-parallel ranks, pass
     the GLOBAL response-token count of the mini-batch: then the per-micro-batch values add up to the
-    exact mean (PAPER §3.3). Dividing each micro-batch by its own count gives a mean of means, which
-    is wrong whenever response lengths differ (IMPLEMENTATION_NOTES §1.5).
+    exact mean (the paper's token-mean, App. B / L.2). Dividing each micro-batch by its own count gives
+    a mean of means, which is wrong whenever response lengths differ.
     """
     if num_tokens is None:
         num_tokens = mask.sum()
@@ -269,7 +271,7 @@ def tail_miss_probability(mu_pos, tau, n):
 def tail_miss_argmax(mu_pos, tau, n_max=1 << 17):
     """Integer argmax over N = 1..n_max of the tail-miss probability, and the peak value.
 
-    There is no closed form (PAPER §4.1), so we evaluate every N: 131,072 values cost microseconds.
+    There is no closed form (Sec. 3.1, Lemma 3.1), so we evaluate every N: 131,072 values cost microseconds.
     """
     n = np.arange(1, n_max + 1)
     p = tail_miss_probability(mu_pos, tau, n)
@@ -278,7 +280,7 @@ def tail_miss_argmax(mu_pos, tau, n_max=1 << 17):
 
 
 # -----------------------------------------------------------------------------
-# pass@k (Chen et al. 2021; PAPER §8, Eq. 27; IMPLEMENTATION_NOTES §3): evaluate.py, and the
+# pass@k (Chen et al. 2021; Eq. 27; the unbiased estimator in product form): evaluate.py, and the
 # maze's held-out evaluation during training
 
 def pass_at_k(n, c, k):
@@ -326,7 +328,7 @@ if __name__ == "__main__":
     X = torch.arange(1, N)
     rewards = (torch.arange(N)[None, :] < X[:, None]).float()                      # (7, 8), X correct
     A = group_advantages(rewards)
-    print(f"N = {N}, rewards 1/0, unbiased std (PAPER.md §3.2)")
+    print(f"N = {N}, rewards 1/0, unbiased std (Eqs. 3, 11-13)")
     print("X correct of 8 " + "".join(f"{int(x):>8d}" for x in X))
     for gamma in (0.5, 1.0, 2.0):
         g = focal_advantages(rewards, gamma)[1]

@@ -1,6 +1,6 @@
 """
-Evaluation as in PAPER §8: unbiased pass@k on six math and three out-of-domain benchmarks, the
-paired m-out-of-n subsampling test between two runs, and Delta NLL_rare.
+Evaluation as in the paper: unbiased pass@k (Eq. 27) on six math and three out-of-domain benchmarks
+(Table 1), the paired m-out-of-n subsampling test between two runs (App. Q), and Delta NLL_rare (App. M.2).
 
     python evaluate.py --model tiny --benchmarks math500 gpqa --n 4 --max_problems 2 --max_new_tokens 16 \
         --out runs/eval/tiny.json                                                             # CPU smoke test
@@ -22,7 +22,7 @@ both are rewritten as each benchmark finishes ("pending" lists those still to co
 keeps what was done. Every benchmark file is read before the model loads: bad data stops the run first.
 With --models (several checkpoints, e.g. train.py's per-epoch exports) --out is a folder: one
 NAME.json and NAME.md per checkpoint, then selection.json / .md naming the best by math pass@1 under
-the rule of PAPER App. L.4 (select_checkpoint); select does only that last part, on result files.
+the rule of App. L.4 (select_checkpoint); select does only that last part, on result files.
 compare runs the significance test on two such files (B minus A); report writes a table (.md) and a
 pass@k-curve plot (.png) for several files; both also take a selection.json, meaning its best result.
 rare_select / rare_score are the two halves of Delta NLL_rare.
@@ -33,7 +33,8 @@ Choices the paper leaves open:
 2) Seeds come from the data: problem i of benchmark b samples with crc32("seed:b:i"), so a slice
    (--max_problems) draws the same samples as the full run for the problems it keeps.
 3) Eval gold answers are never dropped: GOLD_FIXES rewrites the 5 that math-verify cannot read or
-   misreads (IMPLEMENTATION_NOTES §4); 2 Minerva golds stay string-only (exact match).
+   misreads (an unreadable gold would silently mark every sample wrong); 2 Minerva golds stay
+   string-only (exact match).
 4) The significance test draws each model's subsample independently; the interval is the 2.5-97.5
    percentiles of (B - A) over the iterations, and "mean diff" is the mean over iterations.
 """
@@ -65,7 +66,7 @@ BENCHMARKS = {
     "amc23": ("amc23.jsonl", "math"), "math500": ("math500.jsonl", "math"),
     "minerva": ("minerva_math.jsonl", "math"), "olympiadbench": ("olympiadbench.jsonl", "math"),
     "ifeval": ("ifeval.jsonl", "ifeval"), "synlogic": (None, "synlogic"), "gpqa": ("gpqa/dataset.zip", "gpqa"),
-    "maze": (None, "maze"),        # held-out mazes (PAPER §6); --model must be a maze checkpoint
+    "maze": (None, "maze"),        # held-out mazes (Sec. 5.2, App. K); --model must be a maze checkpoint
 }
 MATH = ("aime24", "aime25", "amc23", "math500", "minerva", "olympiadbench")
 OOD = ("ifeval", "synlogic", "gpqa")
@@ -87,10 +88,10 @@ class Config:
                                    # 'out/grpo/epoch_*'), one after another, then the best (select_checkpoint);
                                    # --out is then a folder: NAME.json per checkpoint and selection.json
     baseline: str = ""             # --models, select: the baseline's selection.json; only checkpoints that used
-                                   # no more compute than its best are candidates (PAPER App. L.4)
+                                   # no more compute than its best are candidates (App. L.4)
     family: str = "auto"           # qwen2.5 | qwen3 | llama3 (prompts, stop tokens, length); auto = from the model
     benchmarks: tuple[str, ...] = MATH + OOD
-    n: int = 1024                  # samples per problem (PAPER §8)
+    n: int = 1024                  # samples per problem (the paper's n, Tables 12-14)
     temperature: float = 1.0       # > 0. 0 (greedy) is refused: pass@k needs samples, and the
                                    # engines divide the logits by T
     top_p: float = 1.0             # in (0, 1]
@@ -99,13 +100,13 @@ class Config:
     max_problems: int = 0          # 0 = all; else the first max_problems of each benchmark
     prompts_per_call: int = 8      # prompts per engine.generate call (each gives n completions)
     engine: str = "torch"          # torch | vllm (rollout.make_engine)
-    maze_reward: str = "strict"    # maze: the rule of c and pass@k, "strict" (PAPER §6) | "walk"; both are saved
+    maze_reward: str = "strict"    # maze: the rule of c and pass@k, "strict" (Sec. 5.2) | "walk"; both are saved
     device: str = "cpu"            # cpu | cuda | cuda:N
     seed: int = 0
     workers: int = 2               # math-verify worker processes
     inputs: tuple[str, ...] = ()   # compare (exactly 2: A then B) / report / select: result files (compare and
                                    # report also take a selection.json: its best result)
-    m: int = 256                   # compare: subsample size (PAPER §8)
+    m: int = 256                   # compare: subsample size (App. Q)
     iters: int = 50_000            # compare: subsampling iterations
     data: str = ""                 # rare_select: training jsonl; "" = data_dir()/train/deepscaler_partial.jsonl
     rare: str = ""                 # rare_score: the file rare_select wrote
@@ -233,7 +234,7 @@ def expand_models(models):
 # Averages over benchmarks (pass@k itself, Eq. 27, is in advantage.py)
 
 def averages(benchmarks):
-    """Unweighted means over the benchmarks present (PAPER §8), per k shared by all of them."""
+    """Unweighted means over the benchmarks present (Table 1's "Avg."), per k shared by all of them."""
     out = {}
     for group, names in (("math", MATH), ("ood", OOD)):
         curves = [benchmarks[b]["pass@k"] for b in names if "pass@k" in benchmarks.get(b, {})]
@@ -349,7 +350,7 @@ def evaluate_benchmark(cfg, name, rows, task, engine, tok, family, scorer):
 
 
 def evaluate_maze(cfg, engine, tok):
-    """Held-out mazes (PAPER §6) through the maze task, n samples each: c and pass@k count the
+    """Held-out mazes (Sec. 5.2, App. K) through the maze task, n samples each: c and pass@k count the
     --maze_reward rule, c_RULE and pass@k_RULE every rule. --max_problems sets the number of mazes
     (default 256), --max_new_tokens the budget (0: maze.max_new_tokens_for the size)."""
     import maze
@@ -423,7 +424,7 @@ def run_eval_many(cfg):
             continue
         done.append(run.out)
     if not set(cfg.benchmarks) & set(MATH):
-        print("no math benchmark asked for: no selection (PAPER App. L.4 selects by math pass@1)")
+        print("no math benchmark asked for: no selection (App. L.4 selects by math pass@1)")
         return None
     if engine is not None:
         engine.close()
@@ -548,7 +549,7 @@ def run_report(cfg):
 
 
 # -----------------------------------------------------------------------------
-# Checkpoint selection (PAPER App. L.4, §10 row 12)
+# Checkpoint selection (App. L.4)
 #
 # The paper's rule:
 #   1. save a checkpoint at the end of every epoch (train.py's epoch_E exports);
@@ -560,7 +561,7 @@ def run_report(cfg):
 #   "the Focal checkpoint's epoch is <= the baseline's"; with another N (Table 2) it still counts work.
 #   Step 3's cap comes from --baseline, the baseline's selection.json; a checkpoint with no
 #   progress.json (a base model, a hub id) has unknown compute and is no candidate under a cap.
-# - Average math pass@1 is the unweighted mean over the math benchmarks (PAPER §8). Every candidate
+# - Average math pass@1 is the unweighted mean over the math benchmarks (Table 1). Every candidate
 #   must have every math benchmark that any of them has: a result missing one (still pending after a
 #   crash, or not asked for) is left out and listed with the reason, never averaged over fewer.
 #   Candidates evaluated on other problems or another n are refused: their means do not compare.
@@ -628,7 +629,7 @@ def write_selection(cfg, paths, out):
     rows = [(results[c["result"]], Path(c["result"]).stem) for c in sel["candidates"]]
     for entry in [*sel["candidates"], *sel["excluded"]]:       # sel["best"] is one of the candidates
         entry["result"] = os.path.relpath(entry["result"], out.parent)
-    summary = {"config": asdict(cfg), "rule": "PAPER App. L.4: best by mean math pass@1; with a baseline, only "
+    summary = {"config": asdict(cfg), "rule": "App. L.4: best by mean math pass@1; with a baseline, only "
                "checkpoints with no more rollouts than its best (evaluate.select_checkpoint)",
                "baseline": cfg.baseline or None, "max_rollouts": cap, **sel}
     write_json_out(out, summary, SCRIPT)
@@ -649,7 +650,7 @@ def run_select(cfg):
 
 
 # -----------------------------------------------------------------------------
-# Paired m-out-of-n subsampling test (PAPER §8 / Appendix Q; IMPLEMENTATION_NOTES §3)
+# Paired m-out-of-n subsampling test (Appendix Q)
 
 def subsample_test(a, b, m=256, iters=50_000, seed=0, block=1000):
     """B minus A, per benchmark and average, per k = 1, 2, 4, ... <= m.
@@ -707,7 +708,9 @@ def run_compare(cfg):
 
 
 # -----------------------------------------------------------------------------
-# Delta NLL_rare (PAPER §8 / Appendix M.2; §10 row 26)
+# Delta NLL_rare (Appendix M.2). The paper gives neither the sampling temperature of the base rollouts nor
+# how the NLLs are compared: we sample at --temperature (default 1) and take the mean of per-trajectory
+# (NLL_trained - NLL_base).
 
 def nll(model, tok, prompts, completions, batch_size=8):
     """Length-normalised NLL (mean per-token -log p) of each completion under model, at T = 1."""

@@ -1,11 +1,11 @@
 """
-Out-of-domain benchmarks of PAPER §8 that are not math: GPQA Diamond (multiple choice, the boxed
-letter is scored) and IFEval (prompt-level strict: every instruction of a prompt followed).
+Out-of-domain benchmarks of the paper (Table 1) that are not math: GPQA Diamond (multiple choice, the
+boxed letter is scored) and IFEval (prompt-level strict: every instruction of a prompt followed).
 evaluate.py uses them; reward.py's answer extraction finds the boxed letter.
 
     python -m pytest -q tests/test_ood.py tests/test_reward.py -k "gpqa or ifeval"
 
-Choices (PAPER §10 row 13):
+Choices (the paper does not say how non-math answers are scored; we take the most common conventions):
 1) GPQA: questions are read from the password-protected zip in memory and never written decrypted;
    the four options are shuffled per question with a fixed seed; the user turn asks for the letter
    in \\boxed{} (our inference: the paper gives no GPQA prompt beyond the system prompt).

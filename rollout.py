@@ -37,7 +37,7 @@ case fits). Three things make it faster than model.generate on RL batches:
 3) no logits processors or stopping-criteria machinery per token.
 Sampling is seeded by the data, not the rank: sample j of prompt i draws its uniforms from a
 generator seeded by (seeds[i], j), and picks tokens by inverting the CDF. A prompt therefore gets
-the same samples whatever batch it sits in and whatever rank runs it (STYLE.md §7).
+the same samples whatever batch it sits in and whatever rank runs it: a sample depends only on its seed.
 
 VLLMEngine (--engine vllm) puts vLLM behind the same interface, in the trainer's process, and
 sleeps on GPU during the update.
@@ -601,7 +601,7 @@ def completion_logits(model, batch, temperature=1.0):
     The reference, small-scale path: it holds the whole (S, Tc, V) float tensor, 37-148 GiB at the
     paper's scale (V = 152,064, 8 x 8k tokens). The trainer uses policy_logp; tests and benches
     compare it with this. The trainer divides by the same temperature the engine sampled with, or
-    its log-probs would be those of a different distribution (IMPLEMENTATION_NOTES R5).
+    its log-probs would be those of a different distribution (a bug TRL users hit at T != 1).
     """
     Tc = batch["targets"].shape[1]
     kw = dict(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
@@ -795,7 +795,8 @@ def completion_logp(model, prompts, completions, pad_token_id, temperature=1.0, 
 
 
 # -----------------------------------------------------------------------------
-# Weight sync: trainer (maybe FSDP2-sharded) -> engine (IMPLEMENTATION_NOTES §2)
+# Weight sync: trainer (maybe FSDP2-sharded) -> engine, the way verl does it: gather each parameter
+# with full_tensor(), push buckets through the engine's load_weights, then clear its prefix cache
 
 def iter_full_params(model, dtype=None):
     """(name, full tensor) for every entry of the state dict, one at a time, in the same order on

@@ -5,7 +5,7 @@ the group size N, and the one-step theory behind it (Eq. 5, Hu et al. Eq. 17, Pr
     python simulate.py                                  # full sweep (17 N x 2 gamma x 4 seeds x 1000 steps), ~2 min
     python simulate.py --sensitivity true --out_dir out/sensitivity   # which claims hold under which optimizer, ~11 min
     python simulate.py --num_actions 1000 --num_correct 100 --steps 5 --group_sizes 2 8 --out_dir out/sim_small
-    python simulate.py --surrogate counts               # duplicates-counted reading (PAPER §10 row 18)
+    python simulate.py --surrogate counts               # duplicates-counted reading (the paper is ambiguous)
     python simulate.py --adam_eps 1e-8                  # PyTorch's eps: C1 and C5 fail (README)
     python simulate.py --plot_only true                 # reprint and redraw from out/simulate/results.json
 
@@ -14,7 +14,7 @@ rest wrong (R_w = -1); action 0 is the anchor (logit 5), the other correct ones 
 at 0. Each step draws N actions, gives each the mean-only advantage R_a - mean R (no std), and takes
 one optimizer step on the surrogate L = g/N * sum_{a in A u B} (R_a - mean R) p_a, linear in p, with
 g = (1 - mu_hat)^gamma (Eq. 12). Writes results.json and fig2/fig3/fig5.png under --out_dir, and
-prints which of the paper's claims C1-C5 (PAPER §5) the run reproduces and the one-step theory
+prints which of the paper's claims C1-C5 (Sec. 5.1) the run reproduces and the one-step theory
 (Hu et al. Eq. 17, Prop. 3.2) beside the simulated first step.
 
 Why it is fast: the update depends on the N draws only through the per-action counts c, so we draw
@@ -22,7 +22,7 @@ c ~ Multinomial(N, p) directly and use the surrogate's gradient in closed form,
 dL/dz_i = p_i (w_i - sum_j p_j w_j) with w = dL/dp (the softmax Jacobian), instead of N indices and
 autograd. `naive_step` is the per-sample autograd version; tests and bench/simulate_step.py compare them.
 
-Choices (PAPER §5 and §10 rows 17-18):
+Choices the paper leaves open or ambiguous (Sec. 5.1, App. J):
 1) optimizer: AdamW, lr 1e-2, weight decay 0.01, eps 1e-12; the paper says only "gradient ascent".
    eps is not PyTorch's 1e-8: the gradients (1e-16 .. 1e-4) straddle 1e-8, which then decides which
    actions Adam normalises, and the sensitivity study (README) finds the most claims at eps <= 1e-12.
@@ -74,7 +74,7 @@ class Config:
     seeds: int = 4                 # how many seeds: seed, seed + 1, ..., seed + seeds - 1
     seed: int = 0                  # the first seed
     steps: int = 1000              # T, optimizer steps per configuration
-    # The optimizer and its constants: the paper says only "gradient ascent" with lr 1e-2 (PAPER §5).
+    # The optimizer and its constants: the paper says only "gradient ascent" with lr 1e-2 (Sec. 5.1, App. J).
     # The surrogate's gradients are p * A / N, ~1e-16 .. 1e-5 per coordinate, so Adam's eps decides
     # whether a coordinate is normalised (|grad| >> eps: a step of ~lr) or not (|grad| << eps: a step
     # of ~lr * |grad| / eps, almost nothing). `--sensitivity true` measures what that does to Fig. 2.
@@ -119,11 +119,12 @@ class Config:
 
 
 # -----------------------------------------------------------------------------
-# One-step theory (PAPER §4.2-4.3). The rewards R_c, R_w are whatever enters the surrogate: raw
+# One-step theory (Sec. 2.3, Eq. 5; Prop. 3.2, Eq. 10). The rewards R_c, R_w are whatever enters the surrogate: raw
 # rewards as in Hu et al., or the simulation's centred R - mean R.
 
 def batch_sums(p, correct, sampled, r_correct, r_wrong):
-    """The sums of PAPER §2 for one batch. p (K,), correct (K,) bool, sampled (K,) counts or bool."""
+    """The sums of Eq. 5, Hu et al. Eq. 17 and Prop. 3.2 for one batch.
+    p (K,), correct (K,) bool, sampled (K,) counts or bool."""
     p, pos, s = (np.asarray(p, dtype=np.float64), np.asarray(correct, bool), np.asarray(sampled) > 0)
     A, B, U = s & pos, s & ~pos, ~s                        # A, B: distinct sampled correct / wrong actions
     P_pos, P_neg = p[A].sum(), p[B].sum()
@@ -141,7 +142,7 @@ def delta_logits(p, correct, sampled, r_correct, r_wrong, eta, N):
 
 
 def delta_Q_pos(p, correct, sampled, r_correct, r_wrong, eta, N):
-    """First-order change of Q_pos, Hu et al. Eq. 17 (PAPER §4.2):
+    """First-order change of Q_pos, Hu et al. Eq. 17 (Sec. 2.3):
     eta/N [(R_c - S_R) Q_neg A_2 + (S_R - R_w) Q_pos B_2 + S_R (Q_pos U_neg,2 - Q_neg U_pos,2)]."""
     b = batch_sums(p, correct, sampled, r_correct, r_wrong)
     Q_pos, S_R = b["Q_pos"], b["S_R"]
@@ -233,8 +234,8 @@ def metrics(p, p0_pos, num_correct):
 def naive_step(z, opt, N, gamma, R, surrogate, a=None, generator=None):
     """Reference step: N sampled indices, the surrogate built per action, autograd. z: (K,) leaf.
 
-    Follows PAPER §5's sketch line by line; `a` (N,) overrides the draw (tests feed both paths the
-    same samples). Returns the indices used.
+    Follows the simulation as Sec. 5.1 / App. J describe it, step by step; `a` (N,) overrides the draw
+    (tests feed both paths the same samples). Returns the indices used.
     """
     p = torch.softmax(z, 0)                                                          # (K,)
     if a is None:
@@ -408,7 +409,8 @@ def simulate(cfg):
 # The paper's claims about Fig. 2 (Sec. 5.1), judged on a finished sweep. The thresholds turn the
 # paper's words into numbers; they are fixed here, before any result, and stated in the README.
 
-SMALL, ZONE = 16, (256, 8192)   # PAPER §5: regime I is N <= 16 (2 and 16 in Fig. 2), II "about 256 .. 8,192", III the largest N
+# Sec. 5.1 / Fig. 2(c): regime I is N <= 16 (2 and 16 in Fig. 2), II "about 256 .. 8,192", III the largest N
+SMALL, ZONE = 16, (256, 8192)
 GROWS = 0.01          # C1 "Q_pos grows": final Q_pos above Q_pos(0) by more than this
 ABOUT_0_2 = (0.1, 0.4)  # C2 "collapses ... to about 0.2": within a factor of 2 of 0.2
 KEEPS_MORE = 0.05     # C2 "small N keeps more": every small N's M_ret above every zone N's by this
@@ -419,7 +421,7 @@ MOVES = 0.5           # C5 "the policy moves": Q_pos gain >= half the zone's mea
 
 
 def judge_claims(runs, q0):
-    """C1-C5 of PAPER §5 on the runs of one setting (means over seeds), over every N the runs hold:
+    """C1-C5 of Sec. 5.1 on the runs of one setting (means over seeds), over every N the runs hold:
     small N <= SMALL, the zone ZONE[0] <= N <= ZONE[1], and the largest N. Returns {claim: (holds, evidence)}.
 
     C1 Q_pos grows for every N (both gamma).   C2 M_ret collapses in the zone to about 0.2, small N keeps more.
@@ -670,7 +672,7 @@ def plot_fig2(res, path):
         ls = "-" if gm == 0 else "--"
         ax[2].plot(Ns, [mean("M_ret_final", n, gm) for n in Ns], "o" + ls, color="C3", label=f"M_ret, $\\gamma$={gm:g}")
         ax[2].plot(Ns, [mean("Q_pos_final", n, gm) for n in Ns], "s" + ls, color="C0", label=f"Q_pos, $\\gamma$={gm:g}")
-    # The paper's regimes, where it places them (PAPER §5): the data are drawn over them, not fitted to them.
+    # The paper's regimes, where it places them (Sec. 5.1, Fig. 2(c)): the data are drawn over them, not fitted to them.
     ax[2].axvspan(ZONE[0] / 1.4, ZONE[1] * 1.4, color="0.88", zorder=0)
     for x, label in ((SMALL / 2, "I"), (np.sqrt(ZONE[0] * ZONE[1]), "II"), (ZONE[1] * 8, "III")):
         ax[2].text(x, 0.72, label, ha="center", fontsize=16, color="0.4", transform=ax[2].get_xaxis_transform())
@@ -755,7 +757,7 @@ def main(cfg):
     if {0.0, 1.0} <= gammas and min(Ns) <= SMALL < ZONE[1] < max(Ns) and any(ZONE[0] <= n <= ZONE[1] for n in Ns):
         q0 = res["runs"][0]["Q_pos"][0]                 # from the run itself: --plot_only has no other config
         claims = judge_claims([r for r in res["runs"] if r["gamma"] in (0, 1)], q0)
-        print("\nThe paper's claims (PAPER §5), this run:\n" + claims_table([("this run", claims)]))
+        print("\nThe paper's claims (Sec. 5.1), this run:\n" + claims_table([("this run", claims)]))
     if "one_step" in res:
         print(f"\nThe first step from pi_0, mean over {ONE_STEP_DRAWS} batches:\n" + one_step_table(res["one_step"], cfg))
     plot_fig2(res, out / "fig2.png")

@@ -22,7 +22,7 @@ as JSON.
     MFU = 6 * params * update tokens / update time / the GPU's dense bf16 peak (--peak_tflops; 0 takes
     it from the GPU's name). Attention FLOPs are not counted, so MFU is a slight underestimate; the
     old-log-prob forward (4 mini-batches: off-policy) is timed apart and not in the update.
-(b) maze at the paper's scale (PAPER §6): 17x17 mazes, the 3.9M policy (maze.build_model, random
+(b) maze at the paper's scale (Sec. 5.2, App. K): 17x17 mazes, the 3.9M policy (maze.build_model, random
     weights), 256 prompts x N = 8 in one mini-batch, as the README's Table 4 command: seconds per step
     and its split. The stop token is taken away here too, so every completion runs to the maze's cap
     (203 tokens at 17x17), where a trained policy stops after its path: an upper bound again.
@@ -68,8 +68,8 @@ class Config:
     prompt_len: int = 256         # LLM prompt tokens (DeepScaleR's, chat template included, are ~100-400)
     max_new_tokens: int = 512     # LLM completion cap (a random model reaches it)
     micro_batch_size: int = 8     # sequences per forward in the update (train.py's default), both parts
-    maze_size: int = 17           # PAPER §6
-    maze_prompts: int = 256       # PAPER Table 6
+    maze_size: int = 17           # Sec. 5.2, App. K
+    maze_prompts: int = 256       # prompts per RL batch, Sec. 5.2 / App. K
     peak_tflops: float = 0.0      # dense bf16 peak for MFU; 0 = from the GPU's name (PEAK_TFLOPS)
     budget_s: int = 400           # seconds from start by which both parts end (see Budget above)
     threads: int = 0              # CPU threads, 0 = torch's default

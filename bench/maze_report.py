@@ -1,6 +1,6 @@
 """
-The maze experiment's figure and table (README, "Maze RL on CPU"; PAPER §6, Fig. 7 and Table 4), from
-train.py's run folders and evaluate.py's result files. Nothing is sampled here.
+The maze experiment's figure and table (README, "Maze RL on CPU"; the paper's Sec. 5.2, Fig. 7 and
+Table 4), from train.py's run folders and evaluate.py's result files. Nothing is sampled here.
 
     python bench/maze_report.py --runs "out/maze_rl/N*" --evals runs/maze --sft runs/maze/sft.json
 
@@ -237,7 +237,7 @@ def by_sft_difficulty(runs, sft, cfg):
     """The table of "forget the rare": per bin of the SFT's per-maze success c/n (a maze the warm start
     never solved, then (0, e1], (e1, e2], ...), the share of those mazes a policy still solves at least
     once in its n samples and its mean pass@1 on them; mean over seeds. A maze held out from training
-    whose path the SFT sampled rarely is the maze analogue of a rare correct solution (PAPER §3)."""
+    whose path the SFT sampled rarely is the maze analogue of a rare correct solution (the subset E of Sec. 3.1)."""
     rule = sft["rule"]
     c0 = np.asarray(sft["result"][f"c_{rule}"])
     p0 = c0 / sft["n"]

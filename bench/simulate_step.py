@@ -1,11 +1,12 @@
 """
-One step of the categorical simulation at N = 131,072 (PAPER §5's largest group) on the paper's
+One step of the categorical simulation at N = 131,072 (Sec. 5.1's largest group) on the paper's
 128,000-action policy, two ways, in the same run:
 
   fast   simulate.py's path: counts c ~ Multinomial(N, p) drawn directly (sample_counts), the
          surrogate's gradient in closed form (surrogate_grad), fused AdamW.
-  naive  PAPER §5's sketch: torch.multinomial of N indices, the surrogate built over the distinct
-         sampled actions, autograd backward, PyTorch's reference (non-fused) AdamW (naive_step).
+  naive  the simulation as Sec. 5.1 / App. J describe it: torch.multinomial of N indices, the
+         surrogate built over the distinct sampled actions, autograd backward, PyTorch's reference
+         (non-fused) AdamW (naive_step).
 
     .venv/bin/python bench/simulate_step.py                          # prints both and the ratio
     .venv/bin/python bench/simulate_step.py --group_size 1024 --surrogate counts

@@ -35,7 +35,7 @@ def test_group_advantages_against_loop():
 
 
 def test_group_advantages_paper_table_n8():
-    """PAPER.md §3.2: A+ and A- before g for N = 8, rewards 1/0, unbiased std."""
+    """Eq. 3 at N = 8, rewards 1/0, unbiased std: A+ = (1 - mu_hat) / std and A- = -mu_hat / std, before g."""
     a_pos = [2.475, 1.620, 1.208, 0.935, 0.725, 0.540, 0.354]
     for X in range(1, 8):
         rewards = torch.tensor([[1.0] * X + [0.0] * (8 - X)])
@@ -97,7 +97,7 @@ def test_success_rate_accepts_the_levels_and_partial_rewards():
 
 
 def test_focal_weight_paper_table():
-    """PAPER.md §3.2's N = 8 table, for focal_advantages (train.py) and focal_weight (simulate.py)."""
+    """g of Eq. 12 at N = 8 (mu_hat = X / 8), for focal_advantages (train.py) and focal_weight (simulate.py)."""
     table = {0.5: [0.935, 0.866, 0.791, 0.707, 0.612, 0.500, 0.354],
              1.0: [0.875, 0.750, 0.625, 0.500, 0.375, 0.250, 0.125],
              2.0: [0.766, 0.562, 0.391, 0.250, 0.141, 0.062, 0.016]}
@@ -288,7 +288,7 @@ def test_empty_mask_kl_and_entropy_token_means_are_zero():
 
 
 # -----------------------------------------------------------------------------
-# Token-mean over micro-batches (IMPLEMENTATION_NOTES §1.5)
+# Token-mean over micro-batches: divide by the global token count, never average per-micro-batch means
 
 def varied_fixture():
     """2 prompts x 4 rollouts with lengths 3..40 and mixed rewards in every group."""

@@ -275,7 +275,7 @@ def test_maze_benchmark_reward_rule(tmp_path):
 
 
 # -----------------------------------------------------------------------------
-# Checkpoint selection (PAPER App. L.4) on planted result files
+# Checkpoint selection (App. L.4) on planted result files
 
 def plant_result(path, model, counts, step=None, pending=()):
     """A result file as eval writes it, n = 4, from {benchmark: per-problem correct counts};

@@ -281,7 +281,7 @@ def test_deepscaler_partial_loads(data):
 
 
 # -----------------------------------------------------------------------------
-# Prompts per family (PAPER Table 9)
+# Prompts per family (Table 9)
 
 def test_qwen_prompts_and_stops(data, qwen25):
     text = reward.format_prompt(qwen25, "What is 1+1?", "qwen2.5")

@@ -26,7 +26,7 @@ def random_policy(K=8, seed=0):
 
 
 # -----------------------------------------------------------------------------
-# One-step theory (PAPER §4.2-4.3)
+# One-step theory (Sec. 2.3, Eq. 5; Prop. 3.2, Eq. 10)
 
 # sampled: counts over 8 actions (0-3 correct). Action 3 is correct but unsampled; 7 is wrong, unsampled.
 CORRECT = np.array([1, 1, 1, 1, 0, 0, 0, 0], bool)
@@ -211,7 +211,7 @@ def test_fast_simulator_matches_naive_in_distribution():
 
 
 # -----------------------------------------------------------------------------
-# The claims of PAPER §5 and the one-step mechanism
+# The claims of Sec. 5.1 and the one-step mechanism
 
 Q0 = 0.630
 PAPER_PICTURE = {   # (N, gamma) -> (final Q_pos, final M_ret): every claim holds, as the paper describes
@@ -302,7 +302,7 @@ def test_one_step_check_theory_matches_simulation_and_shows_coverage():
 
 
 # -----------------------------------------------------------------------------
-# Lemma 3.1 (PAPER §4.1, §5)
+# Lemma 3.1 (Sec. 3.1, App. D) and its check against the simulation (Fig. 5)
 
 @pytest.mark.parametrize("mu, tau, n", [(0.8, 0.008, 15), (0.5, 0.025, 6), (0.2, 0.04, 9), (0.64, 0.01, 64),
                                         (0.3, 0.1, 1), (0.9, 0.5, 3)])
@@ -320,13 +320,14 @@ def test_tail_miss_probability_matches_monte_carlo(mu, tau, n):
                                                    (0.5, 0.05, 6, 0.832), (0.3, 0.1, 8, 0.726),
                                                    (0.2, 0.01, 21, 0.950), (0.2, 0.2, 9, 0.558)])
 def test_tail_miss_argmax_table(mu, rho, n_star, peak):
-    """Cells of the integer-argmax table in PAPER §4.1 (the doc's own arithmetic from the Lemma)."""
+    """Integer argmax N* and peak of Lemma 3.1, the peaks Fig. 3 marks (the paper gives no numbers: our own
+    arithmetic from the Lemma)."""
     got_n, got_peak = S.tail_miss_argmax(mu, rho * mu, n_max=4096)
     assert got_n == n_star and round(got_peak, 3) == peak
 
 
 def test_fig5_reference_values():
-    """PAPER §5: Lemma 3.1 at mu_pos = 0.64, tau = 6.3e-5 (three significant digits)."""
+    """Fig. 5: Lemma 3.1 at mu_pos = 0.64, tau = 6.3e-5 (values from our own arithmetic, three significant digits)."""
     ref = {1: 0.0, 2: 0.461, 4: 0.815, 8: 0.971, 16: 0.998, 512: 0.968, 4096: 0.773, 8192: 0.597,
            16384: 0.356, 32768: 0.127, 65536: 0.016, 131072: 2.6e-4}
     got = S.tail_miss_probability(0.64, 6.3e-5, np.array(list(ref)))
@@ -335,7 +336,8 @@ def test_fig5_reference_values():
 
 
 def test_initial_state_matches_paper():
-    """PAPER §5: Q_pos = 0.6301, anchor p = 4.65e-4, other correct 6.30e-5, wrong 3.13e-6."""
+    """The initial logits of Sec. 5.1 / App. J (from Hu et al.) give, by our arithmetic, Q_pos = 0.6301,
+    anchor p = 4.65e-4, other correct 6.30e-5, wrong 3.13e-6."""
     p = torch.softmax(S.initial_logits(S.Config()).double(), 0)
     assert round(p[:10_000].sum().item(), 4) == 0.6301
     np.testing.assert_allclose([p[0].item(), p[1].item(), p[-1].item()], [4.65e-4, 6.30e-5, 3.13e-6], rtol=2e-3)
