@@ -113,8 +113,10 @@ def test_every_file_line_reference_points_at_its_name():
         ident = identifier(name)
         if not (1 <= n <= len(lines) and re.search(rf"\b{re.escape(ident)}\b", lines[n - 1])):
             defs = [i + 1 for i, line in enumerate(lines) if re.match(rf"\s*(def|class) {re.escape(ident)}\b", line)]
+            uses = [i + 1 for i, line in enumerate(lines) if re.search(rf"\b{re.escape(ident)}\b", line)]
             wrong.append(f"{d}: `{name}` (`{file}:{n}`): that line does not hold `{ident}`"
-                         + (f"; it is defined at {file}:{defs}" if defs else ""))
+                         + (f"; it is defined at {file}:{defs}" if defs else
+                            f"; it appears at {file}:{uses[:8]}" if uses else f"; {file} has no `{ident}`"))
     assert not wrong, "\n".join(wrong)
 
 
