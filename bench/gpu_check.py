@@ -23,7 +23,7 @@ as JSON.
     it from the GPU's name). Attention FLOPs are not counted, so MFU is a slight underestimate; the
     old-log-prob forward (4 mini-batches: off-policy) is timed apart and not in the update.
 (b) maze at the paper's scale (Sec. 5.2, App. K): 17x17 mazes, the 3.9M policy (maze.build_model, random
-    weights), 256 prompts x N = 8 in one mini-batch, as the README's Table 4 command: seconds per step
+    weights), 256 prompts x N = 8 in one mini-batch, as RESULTS.md's Table 4 command: seconds per step
     and its split. The stop token is taken away here too, so every completion runs to the maze's cap
     (203 tokens at 17x17), where a trained policy stops after its path: an upper bound again.
 
@@ -273,7 +273,7 @@ def main(cfg):
                        math_shaped_task(shape["vocab_size"], cfg.prompt_len, cfg.max_new_tokens, cfg.seed),
                        shape["vocab_size"] - 1, device, clock, t_start + 0.6 * cfg.budget_s,   # pad: in no prompt
                        config=Qwen2Config(**shape))
-        # (b) the maze: the README's Table 4 command (lr 1e-4, 256 prompts in one mini-batch, no warm-up)
+        # (b) the maze: RESULTS.md's Table 4 command (lr 1e-4, 256 prompts in one mini-batch, no warm-up)
         maze_cfg = train.Config(task="maze", model="maze.build_model", maze_size=cfg.maze_size, lr=1e-4,
                                 prompts_per_step=cfg.maze_prompts, mini_batch_prompts=cfg.maze_prompts,
                                 warmup_steps=0, eval_mazes=0, **common)

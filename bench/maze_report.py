@@ -1,5 +1,5 @@
 """
-The maze experiment's figure and table (README, "Maze RL on CPU"; the paper's Sec. 5.2, Fig. 7 and
+The maze experiment's figure and table (RESULTS.md, "Maze RL on CPU"; the paper's Sec. 5.2, Fig. 7 and
 Table 4), from train.py's run folders and evaluate.py's result files. Nothing is sampled here.
 
     python bench/maze_report.py --runs "out/maze_rl/N*" --evals runs/maze --sft runs/maze/sft.json

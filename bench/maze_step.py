@@ -1,5 +1,5 @@
 """
-The maze RL step timed end to end: `train.py --task maze` with the README's maze flags (32 prompts x
+The maze RL step timed end to end: `train.py --task maze` with RESULTS.md's maze flags (32 prompts x
 N = 8, one mini-batch, --share_prompts true) in this tree and in a reference commit, in the same run,
 from one or more starting points (--models: the SFT warm start, where most groups are mixed, and a
 late GRPO checkpoint, where ~80% of groups carry no signal and --skip_dead_groups skips them).
@@ -62,7 +62,7 @@ class Config:
 
 
 def train_flags(cfg, model, out_dir):
-    """The README's maze RL flags, understood by the reference's train.py too."""
+    """RESULTS.md's maze RL flags, understood by the reference's train.py too."""
     return ["--task", "maze", "--model", str(Path(model).resolve()), "--device", "cpu", "--lr", "1e-4",
             "--prompts_per_step", str(cfg.prompts), "--mini_batch_prompts", str(cfg.prompts), "--warmup_steps", "0",
             "--group_size", str(cfg.group_size), "--micro_batch_size", "64", "--share_prompts", "true",
