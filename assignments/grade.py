@@ -278,11 +278,17 @@ def main():
     for i, (pid, earned, points, about, tests) in enumerate(rows, 1):
         passed = sum(m is None for _, m in tests)
         print(f"  {i:2d}. {pid:17s} {earned:g} / {points}   {passed}/{len(tests)} tests   {about}")
+        failed = {}                                    # one line per distinct message (stubs: one line)
         for name, message in tests:
             if message is not None:
-                print(f"        FAIL {name}: {message}")
+                failed.setdefault(message, []).append(name)
+        for message, names in failed.items():
+            more = f" (and {len(names) - 1} more)" if len(names) > 1 else ""
+            print(f"        FAIL {names[0]}{more}: {message}")
     earned, total = sum(r[1] for r in rows), sum(r[2] for r in rows)
-    report = {"problems": {r[0]: {"points": r[1], "max": r[2], "failed": [t for t, m in r[4] if m]} for r in rows},
+    report = {"problems": {r[0]: {"points": r[1], "max": r[2], "tests": len(r[4]),
+                                  "passed": sum(m is None for _, m in r[4]), "failed": [t for t, m in r[4] if m]}
+                           for r in rows},
               "implementation": [earned, total]}
     if args.runs:
         print(f"experiment problems, machine-checked part ({args.runs}; plots and sentences are graded by hand):")

@@ -6,17 +6,19 @@ docstring and raise NotImplementedError, plus an AGENTS.md for coding assistants
     python assignments/make_student_copy.py /tmp/fgrpo_student      # a new or empty folder
     python assignments/grade.py /tmp/fgrpo_student                   # 0 points until the student works
 
-What is copied: `git ls-files` from the repo root, so never .git, out/, runs/, virtual environments
-or untracked files; files named in problems.WITHHELD stay out (they re-implement graded functions).
+What is copied: the files `git ls-files` lists at the repo root, as committed at HEAD (a release is a
+commit: uncommitted edits stay out), so never .git, out/, runs/, virtual environments or untracked
+files; files named in problems.WITHHELD stay out too (they re-implement graded functions).
 A DIR that exists and is not empty is refused (exit 2, one line): nothing is ever overwritten.
 Checks before it reports success: the stubbed advantage.py parses, `import advantage` works in the
 copy, and no solution line of a graded body appears in any copied file.
 """
 import argparse
 import ast
+import io
 import os
-import shutil
 import subprocess
+import tarfile
 import sys
 from pathlib import Path
 
@@ -109,9 +111,8 @@ def student_advantage(text):
     return text
 
 
-def tracked_files(root):
-    out = subprocess.run(["git", "ls-files", "-z"], cwd=root, capture_output=True, check=True).stdout
-    return [p for p in out.decode().split("\0") if p]
+def git(root, *args):
+    return subprocess.run(["git", *args], cwd=root, capture_output=True, check=True).stdout
 
 
 def refuse(message):
@@ -120,28 +121,32 @@ def refuse(message):
 
 
 def write_copy(dst, root=ROOT):
-    """Write the student copy into dst (new or empty). Returns the list of files written."""
+    """Write the student copy into dst (new or empty): the files `git ls-files` lists, as committed
+    at HEAD, so a release is a commit and never a half-edited working tree. Returns (files, commit)."""
     dst = Path(dst)
     if dst.exists() and (not dst.is_dir() or any(dst.iterdir())):
         refuse(f"{dst} exists and is not an empty folder; pass a new or empty one (nothing is overwritten)")
+    tracked = set(git(root, "ls-files", "-z").decode().split("\0")) - {""}
+    commit = git(root, "rev-parse", "HEAD").decode().strip()
     written = []
-    for rel in tracked_files(root):
-        src = root / rel
-        if rel in WITHHELD or not src.is_file():          # withheld, or deleted in the working tree
-            continue
-        (dst / rel).parent.mkdir(parents=True, exist_ok=True)
-        if rel == "advantage.py":
-            (dst / rel).write_text(student_advantage(src.read_text()))
-        else:
-            shutil.copy2(src, dst / rel)
-        written.append(rel)
+    with tarfile.open(fileobj=io.BytesIO(git(root, "archive", "--format=tar", commit))) as tar:
+        for m in tar.getmembers():
+            if not m.isfile() or m.name not in tracked or m.name in WITHHELD:
+                continue
+            data = tar.extractfile(m).read()
+            if m.name == "advantage.py":
+                data = student_advantage(data.decode()).encode()
+            path = dst / m.name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(data)
+            path.chmod(m.mode)
+            written.append(m.name)
     functions = "\n".join(f"- `{name}` (Problem `{pid}`)" for pid, _, fns, _ in PROBLEMS for name in fns)
     (dst / "AGENTS.md").write_text(AGENTS_MD.format(functions=functions))
-    written.append("AGENTS.md")
-    return written
+    return written + ["AGENTS.md"], commit
 
 
-def verify(dst, written, root=ROOT):
+def verify(dst, written, commit, root=ROOT):
     """The copy parses, imports, and holds no solution line. Raises AssertionError otherwise."""
     text = (dst / "advantage.py").read_text()
     tree = ast.parse(text)
@@ -151,7 +156,7 @@ def verify(dst, written, root=ROOT):
     r = subprocess.run([sys.executable, "-c", "import advantage"], cwd=dst, capture_output=True, text=True,
                        env={**os.environ, "PYTHONPATH": str(dst), "PYTHONDONTWRITEBYTECODE": "1"})
     assert r.returncode == 0, f"`import advantage` fails in the copy:\n{r.stderr}"
-    secret = solution_lines((root / "advantage.py").read_text())
+    secret = solution_lines(git(root, "show", f"{commit}:advantage.py").decode())
     for rel in written:
         try:
             lines = (dst / rel).read_text().splitlines()
@@ -165,14 +170,15 @@ def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("dir", help="where to write the copy: a new or empty folder")
     dst = Path(p.parse_args().dir)
-    written = write_copy(dst)
+    written, commit = write_copy(dst)
     try:
-        verify(dst, written)
+        verify(dst, written, commit)
     except AssertionError as e:
         print(f"error: the copy in {dst} is not fit to hand out: {e}", file=sys.stderr)
         sys.exit(1)
-    print(f"wrote {len(written)} files to {dst}: {len(GRADED)} graded functions stubbed in advantage.py "
-          f"({', '.join(GRADED)}); left out: {', '.join(WITHHELD)}; added AGENTS.md")
+    print(f"wrote {len(written)} files of commit {commit[:7]} to {dst} (uncommitted changes are not in it): "
+          f"{len(GRADED)} graded functions stubbed in advantage.py ({', '.join(GRADED)}); "
+          f"left out: {', '.join(WITHHELD)}; added AGENTS.md")
 
 
 if __name__ == "__main__":
