@@ -7,7 +7,8 @@ F-GRPO training: GRPO / DAPO / CISPO with the focal advantage weight (arXiv 2602
     python train.py --task math --model tiny --tokenizer ../shared/data/tokenizers/qwen2.5 \\
         --data ../shared/data/train/deepscaler_partial.jsonl --device cpu --prompts_per_step 2 \\
         --mini_batch_prompts 1 --group_size 4 --max_response_len 16 --steps 1   # smoke test, seconds
-    python train.py --plan true --model ../shared/data/models/qwen2.5-7b --nproc 8   # memory per rank, seconds
+    python train.py --task reverse --model tiny --device cpu --prompts_per_step 8 --mini_batch_prompts 8 \\
+        --group_size 4 --steps 2                          # the toy task (toy_task.py, the template), seconds
 
 Writes in --out_dir: run.json, metrics.jsonl, ckpt/step_NNNNNN (DCP checkpoints, for --resume) and
 Hugging Face model folders that from_pretrained and evaluate.py load: final, epoch_E after every epoch
@@ -36,6 +37,7 @@ Deviations and choices where the paper is silent (PAPER.md §10):
    on-policy, so we reuse the first forward pass (ratio == 1) instead of a second one.
 5) "dapo" is GRPO + clip-higher (0.2/0.28) + token-mean: no dynamic sampling, no overlong shaping.
 """
+import dataclasses
 import fcntl
 import gc
 import importlib.util
@@ -52,6 +54,7 @@ import zlib
 from dataclasses import asdict, dataclass
 from datetime import timedelta
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import torch
@@ -68,6 +71,7 @@ from transformers import AutoModelForCausalLM, Qwen2Config, Qwen2ForCausalLM
 import maze
 import memory
 import reward
+import toy_task
 from advantage import (CLIP_EPS, LOSS_AGG, aggregate, clip_bounds, ds_grpo_advantages, focal_advantages,
                        group_advantages, kl_k3, ks_up_to, pass_at_k_table, policy_loss, token_mean)
 from common import (MARKER, atomic_dir, atomic_write_json, atomic_write_text, check, check_device, check_min,
@@ -80,9 +84,11 @@ from rollout import (Rollouts, make_engine, mix_seed, pack, policy_logp, registe
 @dataclass
 class Config:
     # task, model, engine
-    task: str = "math"                # "math" (DeepScaleR, math-verify reward) | "maze" (PAPER §6)
-    model: str = "Qwen/Qwen2.5-7B"    # HF id or local dir; maze: the SFT dir; "tiny": random 2-layer Qwen2
-    tokenizer: str = ""               # default: the model's own; required with --model tiny
+    task: str = "math"                # a name in TASKS: "math" (DeepScaleR, math-verify reward) | "maze"
+                                      # (Sec. 5.2) | "reverse" (toy_task.py, the template for a new task)
+    model: str = "Qwen/Qwen2.5-7B"    # HF id or local dir; maze: the SFT dir; "tiny": a random small policy
+    tokenizer: str = ""               # default: the model's own; with --model tiny, the task's own (math has
+                                      # none: pass one)
     data: str = "agentica-org/DeepScaleR-Preview-Dataset"   # math: a local jsonl, or DeepScaleR from the
                                       # hub (this id or "deepscaler", needs `datasets`); no other hub id
     engine: str = "auto"              # rollout engine: "torch" | "vllm" | "auto" (vLLM on CUDA, torch on CPU)
@@ -151,7 +157,7 @@ class Config:
     gpu_memory_gb: float = 80.0       # --plan: memory of one device (a real run reads its device's)
 
     def __post_init__(self):
-        check(self.task in ("math", "maze"), f"--task {self.task!r}: expected math or maze")
+        check(self.task in TASKS, f"--task {self.task!r}: expected one of {', '.join(TASKS)}")
         check(self.loss in CLIP_EPS, f"--loss {self.loss!r}: expected one of {sorted(CLIP_EPS)}")
         check(self.loss_agg in LOSS_AGG, f"--loss_agg {self.loss_agg!r}: expected one of {', '.join(LOSS_AGG)}")
         check(self.engine in ("auto", "torch", "vllm"), f"--engine {self.engine!r}: expected auto, torch or vllm")
@@ -183,6 +189,7 @@ class Config:
         check(self.maze_reward in maze.RULES, f"--maze_reward {self.maze_reward!r}: expected one of {maze.RULES}")
         check(self.maze_size == 0 or (self.maze_size % 2 == 1 and maze.MIN_SIZE <= self.maze_size <= 17),
               f"--maze_size {self.maze_size}: expected 0 or an odd number in [{maze.MIN_SIZE}, 17]")
+        self.check_task_flags()
         if self.plan:               # a plan needs the model's config.json and nothing else
             check(Path(self.model, "config.json").is_file(), f"--model {self.model}: --plan needs a folder "
                   "with a config.json (e.g. ../shared/data/models/qwen2.5-7b)")
@@ -192,8 +199,9 @@ class Config:
 
     def check_inputs(self):
         """The model, tokenizer and data exist and are what they claim, before anything loads."""
-        check(self.model != "tiny" or self.tokenizer, "--tokenizer: --model tiny has random weights and no "
-              "tokenizer; pass a tokenizer folder, e.g. ../shared/data/tokenizers/qwen2.5")
+        check(self.model != "tiny" or self.tokenizer or TASKS[self.task].tokenizer, f"--tokenizer: --model tiny "
+              f"has random weights and --task {self.task} brings no tokenizer of its own; pass a tokenizer folder, "
+              "e.g. ../shared/data/tokenizers/qwen2.5")
         if self.model != "tiny":
             check_pretrained(self.model, "--model", tokenizer=not self.tokenizer)
         if self.tokenizer:
@@ -206,6 +214,16 @@ class Config:
             rows = reward.load_jsonl(self.data)          # file:line of the first bad row, before any work
             check(len(rows) >= self.prompts_per_step, f"--data {self.data}: {len(rows)} problems, fewer than "
                   f"--prompts_per_step {self.prompts_per_step}")
+
+    def check_task_flags(self):
+        """A task flag (one that some row of TASKS lists) that this task does not read must keep its
+        default: a value the run would silently drop is refused instead."""
+        reads = TASKS[self.task].flags
+        for f in dataclasses.fields(self):
+            if f.name in TASK_FLAGS and f.name not in reads and getattr(self, f.name) != f.default:
+                check(False, f"--{f.name} {getattr(self, f.name)}: --task {self.task} ignores it (it reads "
+                      f"{' '.join('--' + n for n in reads) or 'no task flag'}); leave it out")
+
 
 
 def check_packages(cfg):
@@ -307,18 +325,31 @@ def _comm_device():
 # -----------------------------------------------------------------------------
 # Model: load, shard with FSDP2, and an unsharded copy for the rollout engine
 
+def load_tokenizer(cfg):
+    """--tokenizer, else the model's own (AutoTokenizer, and Llama-3 offline: reward.load_tokenizer);
+    --model tiny without --tokenizer: the task's own (its row in TASKS)."""
+    if cfg.model == "tiny" and not cfg.tokenizer:
+        return TASKS[cfg.task].tokenizer()
+    return reward.load_tokenizer(cfg.tokenizer or cfg.model)
+
+
 def load_model(cfg, tokenizer, dtype=torch.float32):
     """The policy as a transformers model, computing attention with rollout.attention (SDPA without
     copying the KV heads on the CPU; transformers' own SDPA on GPU)."""
-    if cfg.model == "tiny":                           # random 2-layer Qwen2 for tests and smoke runs
+    if cfg.model == "tiny":                           # a random policy for tests and smoke runs
         torch.manual_seed(cfg.seed)                   # same init on every rank
-        model = Qwen2ForCausalLM(Qwen2Config(
-            vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-            num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096,
-            tie_word_embeddings=True)).to(dtype)
+        own = None if cfg.tokenizer else TASKS[cfg.task].model     # the task's, made for its own tokenizer
+        model = (own() if own else tiny_qwen(len(tokenizer))).to(dtype)
     else:
         model = AutoModelForCausalLM.from_pretrained(cfg.model, dtype=dtype)
     return use_attention(model)
+
+
+def tiny_qwen(vocab_size):
+    """--model tiny's policy unless the task brings one: a random 2-layer Qwen2, 64 wide."""
+    return Qwen2ForCausalLM(Qwen2Config(
+        vocab_size=vocab_size, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096, tie_word_embeddings=True))
 
 
 def shard(model, device):
@@ -341,17 +372,41 @@ def shard(model, device):
 
 
 # -----------------------------------------------------------------------------
-# Tasks: where prompts come from and how completions are scored (common.Task)
+# Tasks: --task picks one row of TASKS. What a task is: common.Task; a new one: toy_task.py.
 
-def make_task(cfg, tokenizer, model_type):
-    if cfg.task == "maze":
-        return maze.make_task(tokenizer, cfg.maze_size or maze.checkpoint_size(cfg.model), cfg.seed,
-                              cfg.maze_reward, cfg.eval_mazes, cfg.eval_samples)
+@dataclass(frozen=True)
+class TaskEntry:
+    make: Callable                      # (cfg, tokenizer, model_type) -> common.Task
+    tokenizer: Callable | None = None   # () -> the task's own tokenizer, for --model tiny without --tokenizer
+    model: Callable | None = None       # () -> a random policy for that tokenizer (None: tiny_qwen's)
+    flags: tuple = ()                   # the task flags it reads; the others must keep their defaults
+
+
+def math_task(cfg, tokenizer, model_type):
     task = reward.make_task(tokenizer, cfg.data, reward.model_family(model_type), cfg.max_prompt_len,
                             cfg.max_response_len, cfg.seed)
     check(task.num_prompts >= cfg.prompts_per_step, f"--data {cfg.data}: {task.num_prompts} problems "
           "survive the filter, fewer than --prompts_per_step")
     return task
+
+
+def maze_task(cfg, tokenizer, model_type):
+    return maze.make_task(tokenizer, cfg.maze_size or maze.checkpoint_size(cfg.model), cfg.seed,
+                          cfg.maze_reward, cfg.eval_mazes, cfg.eval_samples)
+
+
+TASKS = {
+    "math": TaskEntry(math_task, flags=("data", "max_prompt_len", "max_response_len")),
+    "maze": TaskEntry(maze_task, tokenizer=maze.build_tokenizer, model=maze.build_model,
+                      flags=("maze_size", "maze_reward", "eval_every", "eval_mazes", "eval_samples")),
+    "reverse": TaskEntry(toy_task.make_task, tokenizer=toy_task.build_tokenizer),
+}
+TASK_FLAGS = {name for entry in TASKS.values() for name in entry.flags}   # every other flag is the method's
+
+
+def make_task(cfg, tokenizer, model_type):
+    """The task --task names; model_type is the policy's config.model_type (math's chat template)."""
+    return TASKS[cfg.task].make(cfg, tokenizer, model_type)
 
 
 def evaluate_heldout(task, engine, rank, world):
@@ -826,7 +881,7 @@ def main(cfg):
     transformers.utils.logging.disable_progress_bar()
     out = Path(cfg.out_dir)
     ckpt, meta = check_run(cfg, world, out)
-    tokenizer = reward.load_tokenizer(cfg.tokenizer or cfg.model)   # AutoTokenizer + Llama offline
+    tokenizer = load_tokenizer(cfg)
     pad = reward.pad_id(tokenizer)
     print0(describe(cfg, world, device))
     model, ref_model, engine, opt = build(cfg, tokenizer, pad, device)
@@ -865,7 +920,7 @@ def train_loop(cfg, start, task, model, ref_model, engine, opt, logger, tokenize
         if rank == 0:
             logger(metrics)
             if cfg.sample_every and step % cfg.sample_every == 0:
-                print(f"  sample (reward {float(r.R.flatten()[0]):.0f}): {task.show(r.rollouts.token_ids[0])[-300:]!r}",
+                print(f"  sample (reward {float(r.R.flatten()[0]):.3g}): {task.show(r.rollouts.token_ids[0])[-300:]!r}",
                       flush=True)
         # Exports before the checkpoint of the same step: a kill between the two then redoes the step
         # on resume and finds the export there (kept, not written again); the other order would lose it.
