@@ -17,6 +17,7 @@ import argparse
 import json
 import math
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -33,7 +34,13 @@ TESTS = HERE / "tests"
 # -----------------------------------------------------------------------------
 # Implementation problems: pytest in a subprocess, outcomes read from its junit XML
 
-def run_pytest(copy, files, timeout):
+def limit_memory(gb):
+    """A cap on the test process's address space: a pass@k that enumerates all k-subsets then fails
+    with MemoryError in seconds, instead of filling the grading machine's memory until the timeout."""
+    return lambda: resource.setrlimit(resource.RLIMIT_AS, (gb << 30, gb << 30))
+
+
+def run_pytest(copy, files, timeout, memory_gb=4):
     """{problem id: [(test name, failure message or None)]} for the given test files, run on `copy`."""
     with tempfile.TemporaryDirectory() as tmp:
         xml = Path(tmp) / "junit.xml"
@@ -41,7 +48,8 @@ def run_pytest(copy, files, timeout):
                "--rootdir", str(TESTS), "--confcutdir", str(TESTS), f"--junitxml={xml}", *map(str, files)]
         env = {**os.environ, "PYTHONPATH": str(copy), "FGRPO_GRADE_DIR": str(copy),
                "PYTHONDONTWRITEBYTECODE": "1", "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
-        proc = subprocess.run(cmd, cwd=copy, env=env, capture_output=True, text=True, timeout=timeout)
+        proc = subprocess.run(cmd, cwd=copy, env=env, capture_output=True, text=True, timeout=timeout,
+                              preexec_fn=limit_memory(memory_gb))
         if not xml.exists():
             raise RuntimeError(f"pytest wrote no report (exit {proc.returncode}):\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}")
         results = {}
