@@ -51,7 +51,8 @@ def run_pytest(copy, files, timeout, memory_gb=4):
         proc = subprocess.run(cmd, cwd=copy, env=env, capture_output=True, text=True, timeout=timeout,
                               preexec_fn=limit_memory(memory_gb))
         if not xml.exists():
-            raise RuntimeError(f"pytest wrote no report (exit {proc.returncode}):\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}")
+            raise RuntimeError(f"pytest wrote no report (exit {proc.returncode}):\n"
+                               f"{proc.stdout[-2000:]}{proc.stderr[-2000:]}")
         results = {}
         for case in ET.parse(xml).iter("testcase"):
             # classname "test_policy_loss" (a test) or "" with name "test_policy_loss" (collection error)
@@ -78,7 +79,7 @@ def grade_problems(copy, timeout):
             try:
                 results.update(run_pytest(copy, [f], timeout=max(30, timeout // 4)))
             except subprocess.TimeoutExpired:
-                results[pid] = [("(all)", f"timed out: a function of this problem is far too slow")]
+                results[pid] = [("(all)", "timed out: a function of this problem is far too slow")]
     rows = []
     for pid, points, _, about in PROBLEMS:
         tests = results.get(pid, [("(all)", "no test ran: see the pytest output with "

@@ -184,7 +184,8 @@ def reference_text():
 
 def wrong_versions():
     text = reference_text()
-    out = {name: make_student_copy.replace_function(text, fn, src) for name, (fn, src, _) in {**WRONG, **MORE_WRONG}.items()}
+    out = {name: make_student_copy.replace_function(text, fn, src)
+           for name, (fn, src, _) in {**WRONG, **MORE_WRONG}.items()}
     for name, (old, new) in POLICY_EDITS.items():
         assert text.count(old) == 1, f"{name}: the reference's policy_loss no longer has the line {old!r}"
         out[name] = text.replace(old, new)

@@ -38,4 +38,4 @@ def test_finite_when_mu_hat_rounds_past_one():
     """A float mean of equal rewards can land just above R_c: mu_hat = 1 + 1e-7. Then 1 - mu_hat < 0,
     and a negative base to a fractional power is NaN. The weight must be 0 there, not NaN."""
     g = advantage.focal_weight(torch.tensor([1.0 + 1e-7], dtype=torch.float64), 0.5)
-    assert torch.isfinite(g).all() and float(g[0]) == 0.0, f"g = {g.tolist()} at mu_hat = 1 + 1e-7, gamma 0.5; expected 0"
+    assert torch.isfinite(g).all() and float(g[0]) == 0.0, f"g = {g.tolist()} at mu_hat = 1 + 1e-7; expected 0"

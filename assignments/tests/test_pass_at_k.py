@@ -17,7 +17,8 @@ DATA = EXPECTED["pass_at_k"]
 def test_values():
     for c in DATA["scalars"]:
         got = advantage.pass_at_k(*c["args"])
-        assert math.isfinite(got) and abs(got - c["out"]) <= 1e-9, f"pass_at_k{tuple(c['args'])} = {got}, expected {c['out']}"
+        assert math.isfinite(got) and abs(got - c["out"]) <= 1e-9, \
+            f"pass_at_k{tuple(c['args'])} = {got}, expected {c['out']}"
 
 
 def test_not_the_biased_estimator():
