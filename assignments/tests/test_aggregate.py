@@ -11,7 +11,7 @@ token_mean is answered with the reference's stored outputs for the calls a corre
 import pytest
 
 import advantage
-from conftest import EXPECTED, LinearMemo, close, dec, grad_of
+from grading import EXPECTED, LinearMemo, close, dec, grad_of
 
 DATA = dec(EXPECTED["aggregate"])
 

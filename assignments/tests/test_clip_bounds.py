@@ -8,7 +8,7 @@ unless a width is given.
 import pytest
 
 import advantage
-from conftest import EXPECTED
+from grading import EXPECTED
 
 CASES = EXPECTED["clip_bounds"]
 

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import advantage
-from conftest import EXPECTED, Memo, close, dec
+from grading import EXPECTED, Memo, close, dec
 
 DATA = dec(EXPECTED["focal_advantages"])
 

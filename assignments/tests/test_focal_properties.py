@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import advantage
-from conftest import EXPECTED, dec
+from grading import EXPECTED, dec
 
 R = dec(EXPECTED["rewards"])
 # (rewards, r_correct, r_wrong, the uniform rows): every X = 0 .. 8 at N = 8; rewards +-1; and seven

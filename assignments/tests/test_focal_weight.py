@@ -7,7 +7,7 @@ success rates.
 import torch
 
 import advantage
-from conftest import EXPECTED, close, dec
+from grading import EXPECTED, close, dec
 
 CASES = dec(EXPECTED["focal_weight"])
 

@@ -7,7 +7,7 @@ A_i = (R_i - mean_j R_j) / (std_j R_j + eps), unbiased std, eps = 1e-6; mean-onl
 import torch
 
 import advantage
-from conftest import EXPECTED, close, dec
+from grading import EXPECTED, close, dec
 
 CASES = dec(EXPECTED["group_advantages"])
 

@@ -8,7 +8,7 @@ Problem kl_k3 (1 point): the per-token k3 estimate of KL(pi_theta || pi_ref) of 
 import torch
 
 import advantage
-from conftest import EXPECTED, close, dec, grad_of
+from grading import EXPECTED, close, dec, grad_of
 
 DATA = dec(EXPECTED["kl_k3"])
 

@@ -9,7 +9,7 @@ import math
 import numpy as np
 
 import advantage
-from conftest import EXPECTED
+from grading import EXPECTED
 
 DATA = EXPECTED["pass_at_k"]
 

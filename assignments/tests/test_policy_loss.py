@@ -16,7 +16,7 @@ import pytest
 import torch
 
 import advantage
-from conftest import EXPECTED, LinearMemo, Memo, Spy, close, dec, grad_of
+from grading import EXPECTED, LinearMemo, Memo, Spy, close, dec, grad_of
 
 DATA = dec(EXPECTED["policy_loss"])
 CASES = DATA["cases"]

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import advantage
-from conftest import EXPECTED, close, dec
+from grading import EXPECTED, close, dec
 
 DATA = dec(EXPECTED["success_rate"])
 

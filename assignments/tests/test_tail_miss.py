@@ -8,7 +8,7 @@ Pr(B) = (1 - tau)^N - (mu_pos - tau)^N - (1 - mu_pos)^N, broadcasting over numpy
 import numpy as np
 
 import advantage
-from conftest import EXPECTED
+from grading import EXPECTED
 
 DATA = EXPECTED["tail_miss"]
 

@@ -6,7 +6,7 @@ Problem token_mean (1 point): sum(x * mask) / num_tokens, num_tokens = mask.sum(
 """
 
 import advantage
-from conftest import EXPECTED, close, dec, grad_of
+from grading import EXPECTED, close, dec, grad_of
 
 CASES = dec(EXPECTED["token_mean"])
 
