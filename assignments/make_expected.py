@@ -75,7 +75,7 @@ def reward_sets():
         # N = 5: the unbiased std is sqrt(5/4) = 1.12 times the biased one; rows 3-4 are uniform.
         "binary_n5": torch.tensor([[1, 0, 0, 1, 1], [0, 0, 0, 0, 1], [1, 1, 1, 1, 0], [0, 0, 0, 0, 0],
                                    [1, 1, 1, 1, 1], [1, 0, 1, 0, 0]], dtype=F64),
-        # PAPER.md §3.2's N = 8 table: X = 1 .. 7 correct.
+        # the N = 8 worked example that `python advantage.py` prints: X = 1 .. 7 correct.
         "paper_n8": (torch.arange(8)[None, :] < torch.arange(1, 8)[:, None]).to(F64),
         # Real-valued rewards: std + eps vs sqrt(var + eps) differ at eps = 0.5.
         "real_n4": torch.randn(3, 4, generator=g, dtype=F64) * 2,
@@ -268,7 +268,7 @@ def tail_miss_cases():
     grid = {"mu_pos": mu.numpy(), "tau": (rho * mu).numpy(), "n": n.numpy()}
     out = ref.tail_miss_probability(**grid)                                          # (4, 4, 7)
     scalars = [(0.64, 6.3e-5, N) for N in (8, 1024, 8192, 32768, 131072)]            # Fig. 5's values
-    argmax = [{"mu_pos": m, "rho": r, "out": list(ref.tail_miss_argmax(m, r * m))}    # PAPER §4.1 table
+    argmax = [{"mu_pos": m, "rho": r, "out": list(ref.tail_miss_argmax(m, r * m))}    # Lemma 3.1's peaks
               for m in (0.8, 0.5, 0.3, 0.2) for r in (0.01, 0.05, 0.1, 0.2)]
     return {"grid": {k: v.tolist() for k, v in grid.items()}, "out": out.tolist(),
             "scalars": [{"args": list(a), "out": float(ref.tail_miss_probability(*a))} for a in scalars],

@@ -15,7 +15,7 @@ PROBLEMS = [
     ("focal_weight", 1, ["focal_weight"], "focal weight g = (1 - mu_hat)^gamma, Eq. 12"),
     ("focal_advantages", 2, ["focal_advantages"], "F-GRPO advantage A^F = g * A, Eq. 13"),
     ("focal_properties", 1, [], "properties any weighting must keep (uses Problems 1-4 end to end)"),
-    ("token_mean", 1, ["token_mean"], "masked token mean with a global token count (Sec. 3.3)"),
+    ("token_mean", 1, ["token_mean"], "masked token mean with a global token count (App. B)"),
     ("aggregate", 2, ["aggregate"], "token-mean, GRPO's sequence mean, Dr. GRPO's constant normaliser"),
     ("clip_bounds", 1, ["clip_bounds"], "clip ranges of GRPO / DAPO / CISPO (App. L.2)"),
     ("policy_loss", 3, ["policy_loss"], "GRPO / DAPO clip loss (Eq. 14) and CISPO (Eqs. 15-16)"),

@@ -1,6 +1,6 @@
 """
 Problem aggregate (2 points): one micro-batch's share of the mini-batch loss, for each of
-advantage.LOSS_AGG: token-mean (the paper's, Sec. 3.3 of arXiv 2602.06717), the original GRPO's mean
+advantage.LOSS_AGG: token-mean (the paper's, App. B of arXiv 2602.06717), the original GRPO's mean
 of sequence means (Eq. 14 as printed), and Dr. GRPO's sum over a constant S * L_max.
 
     python -m pytest -q assignments/tests/test_aggregate.py

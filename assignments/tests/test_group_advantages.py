@@ -24,8 +24,8 @@ def check(c):
 
 
 def test_binary_rewards_use_the_unbiased_std():
-    """N = 5 and N = 8 with rewards 1/0 (PAPER §3.2's N = 8 table is one of them). The paper does not
-    say which std; we use the unbiased (N - 1) one, verl's default, which the paper's runs used. The
+    """N = 5 and N = 8 with rewards 1/0 (N = 8 is the worked example `python advantage.py` prints). The paper does not
+    say which std; we use the unbiased (N - 1) one, the default of verl (the paper's framework). The
     population std (N) makes every |A| sqrt(N / (N - 1)) times larger: 1.12 at N = 5."""
     for c in cases("binary_n5") + cases("paper_n8") + cases("pm1_n6"):
         check(c)

@@ -1,6 +1,6 @@
 """
 Problem token_mean (1 point): sum(x * mask) / num_tokens, num_tokens = mask.sum() by default, and 0
-(with gradient 0) when there are no tokens: the token-mean of Sec. 3.3 of arXiv 2602.06717.
+(with gradient 0) when there are no tokens: the token-mean of App. B of arXiv 2602.06717.
 
     python -m pytest -q assignments/tests/test_token_mean.py
 """
