@@ -20,6 +20,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import train  # noqa: E402
 from advantage import focal_advantages  # noqa: E402
+from rollout import completion_logp  # noqa: E402
 
 
 def fixture():
@@ -66,7 +67,7 @@ def main(out, **opts):
     mine = seqs[rank * per_rank:(rank + 1) * per_rank]
     prompts, completions = [q["prompt"] for q in mine], [q["completion"] for q in mine]
     A = torch.tensor([q["adv"] for q in mine])
-    want = train.completion_logp(model, prompts, completions, 0)          # in input order
+    want = completion_logp(model, prompts, completions, 0)          # in input order
     batches = train.micro_batches(cfg, prompts, completions, train.live_rows(cfg, A))
     live = [None] * world                                               # live (non-empty) passes per rank
     torch.distributed.all_gather_object(live, sum(1 for mb in batches if mb))
