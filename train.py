@@ -9,26 +9,31 @@ F-GRPO training: GRPO / DAPO / CISPO with the focal advantage weight (arXiv 2602
         --mini_batch_prompts 1 --group_size 4 --max_response_len 16 --steps 1   # smoke test, seconds
     python train.py --task reverse --model tiny --device cpu --prompts_per_step 8 --mini_batch_prompts 8 \\
         --group_size 4 --steps 2                          # the toy task (toy_task.py, the template), seconds
+    python train.py --plan true --model ../shared/data/models/qwen2.5-7b --nproc 8   # memory per rank, seconds
 
 Writes in --out_dir: run.json, metrics.jsonl, ckpt/step_NNNNNN (DCP checkpoints, for --resume) and
 Hugging Face model folders that from_pretrained and evaluate.py load: final, epoch_E after every epoch
 of the math data, step_NNNNNN every --export_every steps (the exports checkpoint selection picks from,
-PAPER App. L.4: evaluate.py --models 'out/train/epoch_*').
+App. L.4: evaluate.py --models 'out/train/epoch_*').
 
 At the paper's scale (memory.py has the plan): on CUDA the rollouts come from vLLM (--engine auto),
 each decoder layer is checkpointed (--grad_checkpointing auto), micro-batches hold at most
 --micro_batch_tokens padded tokens, the log-probs never hold the (tokens, vocabulary) logits whole
 (rollout.policy_logp), and the K newest checkpoints are kept (--keep_checkpoints).
 
+Read top-down: Config and the tasks it picks from (TASKS), then main -> train_loop -> rl_step, then
+the pieces rl_step calls (the update, then model setup and the process group). The run folder (logs,
+checkpoints, resume, exports) is checkpoint.py's; a task is common.Task (toy_task.py is the template).
+
 One step: rollouts (N per prompt, engine) -> rewards -> success rate mu_hat and focal weight g ->
 advantages -> old log-probs from the trainer -> mini-batch updates with the global token count ->
 weight sync to the engine -> one log line. Every rank runs the same code; with one process we still
 start a (one-member) process group, so 1 CPU process and 8 GPUs share every line.
 
-Defaults are PAPER.md Table 5 (Qwen2.5-7B, N = 8, 256 prompts a step, mini-batches of 64 prompts,
+Defaults are Table 5 (Qwen2.5-7B, N = 8, 256 prompts a step, mini-batches of 64 prompts,
 lr 1e-6 after 15 warm-up steps, AdamW (0.9, 0.999) wd 0.01, grad clip 1.0, T = 1, no KL, token-mean).
 
-Deviations and choices where the paper is silent (PAPER.md §10):
+Deviations and choices where the paper is silent:
 1) Eq. 3 uses the unbiased std and eps = 1e-6; a dual clip c = 3 and a +-20 log-ratio clamp apply
    (verl defaults). Groups with X in {0, N} stay in the batch with A = 0 and count in the token mean.
 2) The rollout engine is ours (TorchEngine) or vLLM, not sglang; sampling is T = 1, top-p 1, no top-k.
@@ -38,45 +43,35 @@ Deviations and choices where the paper is silent (PAPER.md §10):
 5) "dapo" is GRPO + clip-higher (0.2/0.28) + token-mean: no dynamic sampling, no overlong shaping.
 """
 import dataclasses
-import fcntl
 import gc
 import importlib.util
-import json
 import math
 import os
-import re
-import shutil
 import socket
-import subprocess
 import sys
 import time
-import zlib
-from dataclasses import asdict, dataclass
-from datetime import timedelta
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 import numpy as np
 import torch
 import torch.distributed as dist
-import torch.distributed.checkpoint as dcp
-from torch.distributed.checkpoint.api import CheckpointException
-from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict,
-                                                     get_state_dict, set_state_dict)
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 import transformers
 from transformers import AutoModelForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
+import checkpoint
 import maze
 import memory
 import reward
 import toy_task
 from advantage import (CLIP_EPS, LOSS_AGG, aggregate, clip_bounds, ds_grpo_advantages, focal_advantages,
                        group_advantages, kl_k3, ks_up_to, pass_at_k_table, policy_loss, token_mean)
-from common import (MARKER, atomic_dir, atomic_write_json, atomic_write_text, check, check_device, check_min,
-                    check_out_dir, check_positive, check_pretrained, is_ours, mark_out_dir, parse_config,
-                    refuse, remove_temp, replace_dir)
+from checkpoint import TRAIN_OUTPUTS, check_run, due_exports, export, progress, resume_from, save_checkpoint, start_logging
+from common import (check, check_device, check_min, check_out_dir, check_positive, check_pretrained, parse_config,
+                    refuse)
 from rollout import (Rollouts, make_engine, mix_seed, pack, policy_logp, register_policy_forward,
                      sync_weights, use_attention)
 
@@ -127,10 +122,10 @@ class Config:
                                       # and the trainer's log-probs divide the logits by T
     top_p: float = 1.0                # in (0, 1]
     top_k: int = 0                    # 0 = off
-    max_prompt_len: int = 1024        # math: longer prompts are filtered out (PAPER §7)
+    max_prompt_len: int = 1024        # math: longer prompts are filtered out (Sec. 5.3, App. L)
     max_response_len: int = 8192      # math; the maze uses maze.max_new_tokens_for(size)
     maze_size: int = 0                # maze: grid size (odd, 7..17); 0 = the SFT checkpoint's
-    maze_reward: str = "strict"       # maze: "strict" (exactly the shortest path, PAPER §6) | "walk" (MaxRL's)
+    maze_reward: str = "strict"       # maze: "strict" (exactly the shortest path, Sec. 5.2) | "walk" (MaxRL's)
     # run
     device: str = "auto"              # "auto" | "cpu" | "cuda" (torchrun: one GPU per rank)
     threads: int = 0                  # CPU threads per process, 0 = torch's default. Use 1 when other
@@ -225,152 +220,6 @@ class Config:
                       f"{' '.join('--' + n for n in reads) or 'no task flag'}); leave it out")
 
 
-
-def check_packages(cfg):
-    """Exit 2 in one line, before any work, when the run needs a package beyond requirements.txt that
-    is not installed (or a GPU this torch cannot see); the line names the flag and the fix. Not part of
-    Config.__post_init__: a Config must build where these are missing (bench/gpu_check.py builds one on
-    a GPU image without them)."""
-    try:
-        check_device(cfg.device)
-    except ValueError as e:
-        refuse(e)
-    engine = memory.engine_kind(cfg, device_type(cfg))
-    vllm_fix = ("needs vLLM: pip install -r requirements-gpu.txt" if cfg.engine == "vllm" else
-                "uses vLLM on CUDA, which is not installed: pip install -r requirements-gpu.txt, or pass "
-                "--engine torch")
-    needs = [("datasets", cfg.task == "math" and reward.is_hub_data(cfg.data), f"--data {cfg.data}",
-              reward.DATASETS_MISSING),
-             ("vllm", engine == "vllm", f"--engine {cfg.engine}", vllm_fix),
-             ("wandb", cfg.wandb, "--wandb true", "needs wandb (optional, not in any requirements file): "
-              "pip install wandb")]
-    for package, needed, flag, fix in needs:
-        if needed and importlib.util.find_spec(package) is None:
-            refuse(f"{flag}: {fix}")
-
-
-def device_type(cfg):
-    """"cuda" or "cpu": what --device auto means on this machine."""
-    return cfg.device if cfg.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
-
-
-# What train.py writes in --out_dir; a folder holding anything else is refused (common.check_out_dir).
-# The last two are glob patterns: the exports epoch_E (math, at every epoch's end) and step_NNNNNN
-# (--export_every), each a Hugging Face model folder like final (see export_names).
-TRAIN_OUTPUTS = ("run.json", "metrics.jsonl", "ckpt", "final", "wandb", "epoch_[0-9]*", "step_[0-9]*", ".train.lock")
-# Flags a resumed run may change: how the same experiment runs, is logged and is evaluated. Any other
-# difference from the checkpoint's config (gamma, lr, loss, model, data, seed, batch, ...) is refused.
-RESUME_MAY_CHANGE = ("steps", "save_every", "eval_every", "eval_mazes", "eval_samples", "sample_every",
-                     "wandb", "out_dir", "resume", "threads", "device", "engine", "micro_batch_size",
-                     "micro_batch_tokens", "share_prompts", "grad_checkpointing", "export_every",
-                     "keep_checkpoints", "kv_cache_gb", "gpu_memory_utilization", "plan", "nproc",
-                     "gpu_memory_gb", "skip_dead_groups")
-
-
-# -----------------------------------------------------------------------------
-# Distributed setup: torchrun, or one process that still gets a process group
-
-def init_dist(device):
-    if "RANK" not in os.environ:                       # plain `python train.py`: a group of one
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1",
-                          MASTER_PORT=str(port))
-    if device == "auto":
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    if device == "cuda":
-        torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
-        device = f"cuda:{os.environ['LOCAL_RANK']}"
-    dist.init_process_group("nccl" if device.startswith("cuda") else "gloo")
-    global IO_GROUP
-    IO_GROUP = dist.new_group(backend="gloo", timeout=IO_TIMEOUT)
-    return dist.get_rank(), dist.get_world_size(), torch.device(device)
-
-
-# While rank 0 writes an export or deletes old checkpoints (tens of GB for a 7B), the other ranks wait
-# in a barrier of their own gloo group with a long timeout, never in the default group's (NCCL: 10 min).
-# Checkpoints are saved and loaded over it too: every rank writes its shards, and the slowest disk sets
-# the pace.
-IO_TIMEOUT = timedelta(hours=2)
-IO_GROUP = None
-
-
-def io_barrier():
-    dist.barrier(group=IO_GROUP)
-
-
-def print0(*args):
-    if dist.get_rank() == 0:
-        print(*args, flush=True)
-
-
-def all_sum(x):
-    """Sum a float or tensor over ranks (as float64 on the CPU, so gloo and nccl both work)."""
-    t = torch.as_tensor(x, dtype=torch.float64, device=_comm_device())
-    dist.all_reduce(t)
-    return t.cpu()
-
-
-def all_max(x):
-    t = torch.as_tensor(x, dtype=torch.float64, device=_comm_device())
-    dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    return t.cpu()
-
-
-def _comm_device():
-    return torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else "cpu"
-
-
-# -----------------------------------------------------------------------------
-# Model: load, shard with FSDP2, and an unsharded copy for the rollout engine
-
-def load_tokenizer(cfg):
-    """--tokenizer, else the model's own (AutoTokenizer, and Llama-3 offline: reward.load_tokenizer);
-    --model tiny without --tokenizer: the task's own (its row in TASKS)."""
-    if cfg.model == "tiny" and not cfg.tokenizer:
-        return TASKS[cfg.task].tokenizer()
-    return reward.load_tokenizer(cfg.tokenizer or cfg.model)
-
-
-def load_model(cfg, tokenizer, dtype=torch.float32):
-    """The policy as a transformers model, computing attention with rollout.attention (SDPA without
-    copying the KV heads on the CPU; transformers' own SDPA on GPU)."""
-    if cfg.model == "tiny":                           # a random policy for tests and smoke runs
-        torch.manual_seed(cfg.seed)                   # same init on every rank
-        own = None if cfg.tokenizer else TASKS[cfg.task].model     # the task's, made for its own tokenizer
-        model = (own() if own else tiny_qwen(len(tokenizer))).to(dtype)
-    else:
-        model = AutoModelForCausalLM.from_pretrained(cfg.model, dtype=dtype)
-    return use_attention(model)
-
-
-def tiny_qwen(vocab_size):
-    """--model tiny's policy unless the task brings one: a random 2-layer Qwen2, 64 wide."""
-    return Qwen2ForCausalLM(Qwen2Config(
-        vocab_size=vocab_size, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096, tie_word_embeddings=True))
-
-
-def shard(model, device):
-    """FSDP2: each transformer block is its own unit, then the root (embeddings, norm, head).
-    The blocks are the modules whose class the model names in _no_split_modules, which every HF
-    causal LM sets (a model that names none is one unit).
-    The model arrives on the CPU: fully_shard moves one unit at a time to the device and keeps only
-    this rank's shard there, so the whole fp32 model never sits on one GPU (28 GiB for a 7B).
-    On GPU: bf16 compute, fp32 master weights and fp32 gradient reductions. On CPU: all fp32."""
-    mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) \
-        if device.type == "cuda" else MixedPrecisionPolicy()
-    mesh = init_device_mesh(device.type, (dist.get_world_size(),))
-    blocks = set(getattr(model, "_no_split_modules", None) or ())     # e.g. {"Qwen2DecoderLayer"}
-    for module in model.modules():
-        if module is not model and type(module).__name__ in blocks:
-            fully_shard(module, mesh=mesh, mp_policy=mp)
-    fully_shard(model, mesh=mesh, mp_policy=mp)
-    register_policy_forward(model)     # rollout.policy_logp's head runs where the root's weights are whole
-    return model
-
-
 # -----------------------------------------------------------------------------
 # Tasks: --task picks one row of TASKS. What a task is: common.Task; a new one: toy_task.py.
 
@@ -409,6 +258,215 @@ def make_task(cfg, tokenizer, model_type):
     return TASKS[cfg.task].make(cfg, tokenizer, model_type)
 
 
+# -----------------------------------------------------------------------------
+# The RL loop: main sets up and calls train_loop, which calls rl_step once per step
+
+def main(cfg):
+    if cfg.plan:                          # --plan true: the memory plan for these flags, nothing else
+        plan = memory.plan(cfg, cfg.nproc, cfg.gpu_memory_gb)
+        print(memory.format_plan(plan))
+        if not plan.fits:
+            refuse(memory.verdict(plan))
+        return
+    # 0) set up: process group, checks, tokenizer, policy + engine (+ reference), optimizer, task, resume
+    check_packages(cfg)
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    rank, world, device = init_dist(cfg.device)
+    if device.type == "cuda" and cfg.model != "tiny":   # the same plan, with this run's world and device
+        plan = memory.plan(cfg, world, torch.cuda.get_device_properties(device).total_memory / 2**30)
+        if not plan.fits:
+            dist.destroy_process_group()
+            refuse(memory.verdict(plan))
+    transformers.utils.logging.disable_progress_bar()
+    out = Path(cfg.out_dir)
+    ckpt, meta = check_run(cfg, out, batch_problems(cfg, world))   # out_dir locked, checked, --resume's checkpoint
+    tokenizer = load_tokenizer(cfg)
+    pad = reward.pad_id(tokenizer)
+    print0(describe(cfg, world, device))
+    model, ref_model, engine, opt = build(cfg, tokenizer, pad, device)
+    task = make_task(cfg, tokenizer, model.config.model_type)
+    start = resume_from(model, opt, ckpt, meta) if ckpt is not None else 0
+    sync_weights(model, engine)                    # the engine samples from exactly these weights
+    logger = start_logging(cfg, out, task, world, start)
+    try:
+        train_loop(cfg, start, task, model, ref_model, engine, opt, logger, tokenizer, out, pad, device, rank, world)
+    except NonFinite as e:
+        print(f"error: {e}", file=sys.stderr, flush=True)
+        sys.exit(1)                          # before any checkpoint or export of this step
+
+    # 8) export, then free everything that holds the process group (FSDP's device mesh) before
+    # destroying it: a group freed later, during interpreter exit, can abort a gloo rank
+    # ("terminate called without an active exception") after all the work is done.
+    export(model, tokenizer, out, ["final"], cfg, progress(cfg, max(start, cfg.steps), task.num_prompts))
+    dist.barrier()
+    engine.close()          # vLLM destroys the process groups it joined, the default one included
+    del model, opt, ref_model, engine
+    gc.collect()
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def train_loop(cfg, start, task, model, ref_model, engine, opt, logger, tokenizer, out, pad, device, rank, world):
+    """Steps start .. cfg.steps - 1: phases 1-7 of main's loop."""
+    for step in range(start, cfg.steps):
+        # 1) - 6) rollouts, rewards, advantages, updates, weight sync
+        r = rl_step(cfg, step, task, model, ref_model, engine, opt, pad=pad, device=device, rank=rank, world=world)
+
+        # 7) metrics (all-reduced), held-out evaluation, one log line, a sample, exports, a checkpoint
+        metrics = step_metrics(r)
+        if task.evaluate and ((cfg.eval_every and (step + 1) % cfg.eval_every == 0) or step + 1 == cfg.steps):
+            metrics.update(evaluate_heldout(task, engine, rank, world))
+        if rank == 0:
+            logger(metrics)
+            if cfg.sample_every and step % cfg.sample_every == 0:
+                print(f"  sample (reward {float(r.R.flatten()[0]):.3g}): {task.show(r.rollouts.token_ids[0])[-300:]!r}",
+                      flush=True)
+        # Exports before the checkpoint of the same step: a kill between the two then redoes the step
+        # on resume and finds the export there (kept, not written again); the other order would lose it.
+        names = due_exports(cfg, step + 1, task.num_prompts, out)
+        if names:
+            export(model, tokenizer, out, names, cfg, progress(cfg, step + 1, task.num_prompts))
+        if (step + 1) % cfg.save_every == 0 or step + 1 == cfg.steps:
+            save_checkpoint(model, opt, step + 1, cfg, out)
+
+
+def rl_step(cfg, step, task, model, ref_model, engine, opt, *, pad, device, rank, world):
+    """One RL step (0-based `step`) on this rank: phases 1-6 of main's loop. Returns the StepResult
+    that step_metrics turns into the logged metrics. bench/gpu_check.py times this same function."""
+    num_minibatches = cfg.prompts_per_step // cfg.mini_batch_prompts   # optimizer steps per RL step
+    on_policy = num_minibatches == 1
+    watch = Stopwatch()
+    # 1) rollouts: N per prompt, seeded by (seed, step, prompt index), never by rank
+    idx = prompt_indices(cfg, step, rank, world)
+    items = [task.prompt(i) for i in idx]                   # (prompt ids, answer)
+    rollouts = engine.generate([ids for ids, _ in items], cfg.group_size,
+                               seeds=[mix_seed(cfg.seed, step, i) for i in idx],
+                               max_new_tokens=task.max_new_tokens, stop_token_ids=task.stop_token_ids,
+                               temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k)
+    watch.lap("rollout")
+    engine.sleep()                        # vLLM on GPU: free its memory for the update
+
+    # 2) rewards, group by group (all N rollouts of a prompt are on this rank)
+    prompts = [items[i][0] for i in rollouts.prompt_index]
+    completions = rollouts.token_ids
+    rewards, reward_stats = task.score([items[i][1] for i in rollouts.prompt_index], completions)
+    R = torch.tensor(rewards, dtype=torch.float32).view(len(idx), cfg.group_size)  # (P, N)
+
+    # 3) advantages: the group z-score, then the focal weight g = (1 - mu_hat)^gamma of each group
+    A_pre = group_advantages(R, cfg.norm_std)                                      # Eq. 3
+    if cfg.ds_grpo:
+        lbar = torch.tensor([sum(e) / max(len(e), 1) for e in rollouts.engine_logp])
+        A, g = ds_grpo_advantages(R, lbar.view_as(R)), torch.ones(len(idx))
+    else:
+        A, g = focal_advantages(R, cfg.gamma, normalize_std=cfg.norm_std)          # Eqs. 11-13
+    if all_max(float(not torch.isfinite(A).all())) > 0:    # any rank's: all stop together
+        raise NonFinite(f"step {step + 1}: non-finite advantages (rewards {R.flatten().tolist()[:16]} ...); "
+                        "a task's score or a weighting gave NaN or inf")
+    watch.lap("reward")
+
+    # 4) old log-probs with the trainer's own forward, unless the update is exactly on-policy
+    model.eval()                          # inference only; the update below runs in training mode
+    old_logp = None if on_policy else old_log_probs(model, prompts, completions, cfg, pad, device,
+                                                    keep=live_rows(cfg, A.flatten()))
+    watch.lap("old_logp")
+
+    # 5) one optimizer step per mini-batch of whole groups
+    lr = cfg.lr * min(1.0, (step + 1) / cfg.warmup_steps) if cfg.warmup_steps else cfg.lr
+    per_mb = len(completions) // num_minibatches
+    update_stats, grad_norms, first_logp = {}, [], []
+    model.train()                         # activation checkpointing acts only in training mode
+    for k in range(num_minibatches):
+        mb = slice(k * per_mb, (k + 1) * per_mb)
+        stats, logp = update_minibatch(model, ref_model, prompts[mb], completions[mb], A.flatten()[mb],
+                                       None if on_policy else old_logp[mb], on_policy=on_policy, cfg=cfg,
+                                       pad_id=pad, device=device, world=world, max_len=task.max_new_tokens)
+        grad_norms.append(clip_and_step(model, opt, cfg, lr))
+        first_logp += logp
+        for key, v in stats.items():
+            update_stats[key] = (max(update_stats.get(key, 0.0), v) if key == "ratio/max"
+                                 else update_stats.get(key, 0.0) + v / num_minibatches)
+    model.eval()
+    if on_policy:
+        old_logp = first_logp             # the first forward IS pi_old (deviation 4)
+    watch.lap("train")
+
+    # 6) weight sync, so the next rollouts come from the updated policy
+    engine.wake_up()
+    t_sync = sync_weights(model, engine)  # timed by itself: the sync alone, without wake_up
+    return StepResult(step + 1, R, A_pre, A, g, rollouts, old_logp, reward_stats, update_stats, grad_norms, lr,
+                      watch.done(weight_sync=t_sync))
+
+
+class Stopwatch:
+    """Wall-clock seconds per phase of one step, logged as time/NAME: lap(name) ends a phase."""
+
+    def __init__(self):
+        self.start = self.last = time.perf_counter()
+        self.seconds = {}
+
+    def lap(self, name):
+        now = time.perf_counter()
+        self.seconds[name], self.last = now - self.last, now
+
+    def done(self, **more):
+        """The laps, then `more` (seconds timed elsewhere), then the whole step as "step"."""
+        return {**self.seconds, **more, "step": time.perf_counter() - self.start}
+
+
+@dataclass
+class StepResult:
+    """What one RL step produced on this rank: the inputs of step_metrics."""
+    step: int                 # 1-based, as logged
+    R: torch.Tensor           # (P, N) rewards
+    A_pre: torch.Tensor       # (P, N) advantages before the focal weight (Eq. 3)
+    A: torch.Tensor           # (P, N) advantages the update used (Eq. 13, or DS-GRPO)
+    g: torch.Tensor           # (P,) focal weight (Eq. 12)
+    rollouts: Rollouts
+    old_logp: list            # per completion, the trainer's log-probs under pi_old (None: skipped)
+    reward_stats: dict        # task.score's counts, logged as reward/NAME
+    update_stats: dict        # update_minibatch's metrics, averaged over mini-batches (ratio/max: max)
+    grad_norms: list          # pre-clip, one per optimizer step
+    lr: float
+    seconds: dict             # wall-clock per phase, logged as time/NAME
+
+
+def step_metrics(r):
+    """This step's logged metrics (every key: DESIGN.md, "Logged metrics"), over all ranks.
+
+    Counts are summed over ranks first and divided after, so every mean is over the global batch.
+    """
+    R, A_pre, A, g = r.R, r.A_pre, r.A, r.g
+    mixed = R.std(1) > 0                                                  # (P,) groups with signal
+    lens = torch.tensor([len(c) for c in r.rollouts.token_ids], dtype=torch.float64)
+    gap = torch.cat([(torch.tensor(e) - o).abs() for e, o in zip(r.rollouts.engine_logp, r.old_logp)
+                     if o is not None] or [torch.zeros(0)])        # skipped groups have no trainer logp
+    sums = {"groups": R.shape[0], "rollouts": R.numel(), "reward": R.sum(),
+            "all_correct": (R.min(1).values >= 1).sum(),
+            "all_wrong": (R.max(1).values <= 0).sum(), "g": g.sum(), "g_mixed": g[mixed].sum(),
+            "mixed": mixed.sum(), "adv_pre": A_pre.abs().sum(), "adv_post": A.abs().sum(),
+            "tokens": lens.sum(), "trunc": sum(f == "length" for f in r.rollouts.finish_reason),
+            "gap": gap.sum(), "gap_n": gap.numel(), **r.reward_stats}
+    s = dict(zip(sums, all_sum([float(v) for v in sums.values()]).tolist()))
+    len_max, gap_max = all_max([lens.max(), gap.max() if gap.numel() else 0.0]).tolist()
+    n = s["rollouts"]
+    metrics = {"step": r.step, "reward/mean": s["reward"] / n,
+               "groups/all_correct": s["all_correct"] / s["groups"], "groups/all_wrong": s["all_wrong"] / s["groups"],
+               "focal/g_mean": s["g"] / s["groups"],
+               "adv/abs_mean_pre": s["adv_pre"] / n, "adv/abs_mean_post": s["adv_post"] / n,
+               "len/mean": s["tokens"] / n, "len/max": len_max, "trunc/frac": s["trunc"] / n,
+               "logp/diff_abs_mean": s["gap"] / max(s["gap_n"], 1), "logp/diff_max": gap_max,
+               "grad_norm": sum(r.grad_norms) / len(r.grad_norms), "lr": r.lr, "tokens": s["tokens"]}
+    if s["mixed"]:                    # a mean over no groups is undefined; 0 would drag run averages down
+        metrics["focal/g_mean_mixed"] = s["g_mixed"] / s["mixed"]
+    metrics.update({f"reward/{k}": s[k] for k in r.reward_stats})
+    metrics.update(r.update_stats)
+    metrics.update({f"time/{k}": v for k, v in r.seconds.items()})
+    metrics.update({"tok_per_s": s["tokens"] / r.seconds["step"],
+                    "tok_per_s/rollout": s["tokens"] / r.seconds["rollout"]})
+    return metrics
+
+
 def evaluate_heldout(task, engine, rank, world):
     """The task's held-out pass@k (Eq. 27) for k = 1, 2, 4, ..., eval_samples under each of its reward
     rules, logged as eval/RULE/pass@k: per-problem estimates summed over ranks, then divided by the
@@ -420,6 +478,15 @@ def evaluate_heldout(task, engine, rank, world):
     summed = all_sum(sums)                                              # (rules, len(ks) + 1)
     return {f"eval/{rule}/pass@{k}": float(row[j] / max(row[-1], 1))
             for rule, row in zip(counts, summed) for j, k in enumerate(ks)}
+
+
+def prompt_indices(cfg, step, rank, world):
+    """This rank's global prompt indices for `step`. Global mini-batch k of the step holds indices
+    step * prompts_per_step + k * mini_batch_prompts + [0, mini_batch_prompts); rank r owns a slice
+    of each, so every world size forms the same mini-batches."""
+    per_rank = cfg.mini_batch_prompts // world          # this rank's prompts in each mini-batch
+    return [step * cfg.prompts_per_step + k * cfg.mini_batch_prompts + rank * per_rank + j
+            for k in range(cfg.prompts_per_step // cfg.mini_batch_prompts) for j in range(per_rank)]
 
 
 # -----------------------------------------------------------------------------
@@ -443,9 +510,9 @@ def update_minibatch(model, ref_model, prompts, completions, A, old_logp, *, on_
     --loss_agg seq-mean-token-sum-norm (default --max_response_len). Returns (metrics summed over
     ranks, logp of each completion before this update as 1-D CPU tensors, None for a skipped one).
     The loss of every micro-batch is divided by the GLOBAL counts of the mini-batch (tokens, or
-    sequences, advantage.aggregate), so the accumulated gradient is the exact mini-batch loss
-    (PAPER §3.3), however the micro-batches are cut (micro_batches). FSDP averages gradients over
-    ranks; multiplying by world undoes that, leaving the global sum.
+    sequences, advantage.aggregate), so the accumulated gradient is the exact mini-batch loss (the
+    paper's token-mean, App. B / L.2), however the micro-batches are cut (micro_batches). FSDP
+    averages gradients over ranks; multiplying by world undoes that, leaving the global sum.
     Groups without signal (A = 0 for all N, e.g. X in {0, N}) add exactly 0 to the loss and its
     gradient, so with skip_dead(cfg) they are not forwarded at all: the counts still include them,
     and the diagnostics (entropy, ratio, clip fractions) are means over the live tokens.
@@ -582,426 +649,52 @@ def clip_and_step(model, opt, cfg, lr):
 
 
 # -----------------------------------------------------------------------------
-# Checkpoints: torch.distributed.checkpoint, one folder ckpt/step_NNNNNN per save. There is no
-# "latest" pointer to fall out of step with the folders: resume takes the newest step folder that is
-# whole. A folder is written under a temp name and renamed into place only once complete, so a kill
-# at any moment leaves every step_* folder either whole or (disk trouble aside) absent.
+# Model: load, shard with FSDP2, and an unsharded copy for the rollout engine
 
-def save_checkpoint(model, opt, step, cfg, out_dir):
-    ckpt_root = Path(out_dir) / "ckpt"
-    final, tmp = ckpt_root / f"step_{step:06d}", ckpt_root / f".step_{step:06d}.tmp"
-    msd, osd = get_state_dict(model, opt)
-    if dist.get_rank() == 0 and tmp.exists():            # left by a run killed mid-save
-        shutil.rmtree(tmp)
-    io_barrier()
-    dcp.save({"model": msd, "optim": osd}, checkpoint_id=str(tmp), process_group=IO_GROUP)
-    io_barrier()
-    crcs = shard_crcs(tmp)
-    if dist.get_rank() == 0:
-        atomic_write_json(tmp / "meta.json", {"step": step, "config": asdict(cfg),
-                                              "rng": torch.get_rng_state().tolist(), "crc32": crcs})
-        replace_dir(tmp, final)           # a damaged step_N that resume skipped is replaced, not an error
-        for old in superseded_checkpoints(ckpt_root, cfg.keep_checkpoints):
-            shutil.rmtree(old)
-    io_barrier()
+def load_tokenizer(cfg):
+    """--tokenizer, else the model's own (AutoTokenizer, and Llama-3 offline: reward.load_tokenizer);
+    --model tiny without --tokenizer: the task's own (its row in TASKS)."""
+    if cfg.model == "tiny" and not cfg.tokenizer:
+        return TASKS[cfg.task].tokenizer()
+    return reward.load_tokenizer(cfg.tokenizer or cfg.model)
 
 
-# What DCP and save_checkpoint write in a step folder; a folder holding anything else is not deleted.
-CHECKPOINT_FILES = re.compile(r"meta\.json|\.metadata|__\d+_\d+\.distcp")
-
-
-def crc32(path, chunk=1 << 24):
-    crc = 0
-    with open(path, "rb") as f:
-        while block := f.read(chunk):
-            crc = zlib.crc32(block, crc)
-    return crc
-
-
-def shard_crcs(folder, names=None):
-    """{file: CRC-32} of DCP's files in a checkpoint folder (or of `names`), each rank reading its share
-    of the files and all ranks getting the whole dict. DCP stores no checksum, and bytes changed inside
-    a tensor load without an error: meta.json keeps these, and resume compares them before loading."""
-    if names is None:
-        names = sorted(f.name for f in folder.iterdir() if f.name != "meta.json" and CHECKPOINT_FILES.fullmatch(f.name))
-    mine = {n: crc32(folder / n) if (folder / n).is_file() else None
-            for n in names[dist.get_rank()::dist.get_world_size()]}
-    parts = [None] * dist.get_world_size()
-    dist.all_gather_object(parts, mine, group=IO_GROUP)
-    return {n: c for part in parts for n, c in part.items()}
-
-
-def check_crcs(folder, meta):
-    """ValueError naming the first of DCP's files whose bytes differ from those saved (checkpoints
-    saved without checksums pass)."""
-    saved = meta.get("crc32")
-    if saved is None:
-        return
-    now = shard_crcs(folder, sorted(saved))
-    for name in sorted(saved):
-        check(now[name] == saved[name], f"{name}: {'missing' if now[name] is None else 'bytes differ from those saved'}")
-
-
-def superseded_checkpoints(ckpt_root, keep):
-    """The step folders to delete once a new checkpoint is complete: every one older than the `keep`
-    newest WHOLE ones (checkpoint_meta), so a damaged newest folder never costs the last good one.
-    Only folders named step_N that hold nothing but our own files (CHECKPOINT_FILES) are candidates;
-    exports live outside ckpt/ and are never touched."""
-    whole, old = 0, []
-    for path in step_folders(ckpt_root):
-        if whole >= keep:
-            if not path.is_symlink() and all(CHECKPOINT_FILES.fullmatch(f.name) and f.is_file() for f in path.iterdir()):
-                old.append(path)
-            continue
-        try:
-            checkpoint_meta(path)
-            whole += 1
-        except ValueError:
-            pass
-    return old
-
-
-def step_folders(ckpt_root):
-    """ckpt/step_NNNNNN folders, newest first."""
-    found = [p for p in Path(ckpt_root).glob("step_*") if re.fullmatch(r"step_\d+", p.name) and p.is_dir()
-             and not p.is_symlink()]
-    return sorted(found, key=lambda p: int(p.name[5:]), reverse=True)
-
-
-def checkpoint_meta(path):
-    """meta.json of a checkpoint folder, or ValueError saying what is damaged: meta.json must parse
-    and name this step, DCP's .metadata must load, and every byte range it lists must lie inside
-    its file (a truncated shard fails that without reading a tensor)."""
-    try:
-        meta = json.loads((path / "meta.json").read_text())
-        step, config = meta["step"], meta["config"]
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        raise ValueError(f"meta.json: {type(e).__name__}") from None
-    check(step == int(path.name[5:]) and isinstance(config, dict), "meta.json: not this step's")
-    rng = meta.get("rng")
-    check(isinstance(rng, list) and len(rng) == torch.get_rng_state().numel()
-          and all(isinstance(b, int) and 0 <= b < 256 for b in rng), "meta.json: no whole RNG state")
-    crcs = meta.get("crc32", {})
-    check(isinstance(crcs, dict) and all(isinstance(n, str) and CHECKPOINT_FILES.fullmatch(n) and isinstance(c, int) for n, c in crcs.items()), "meta.json: bad crc32")
-    try:
-        storage = dcp.FileSystemReader(str(path)).read_metadata().storage_data
-    except Exception as e:            # a cut pickle raises EOFError, UnpicklingError, ... by where it was cut
-        raise ValueError(f".metadata: {type(e).__name__}") from None
-    for info in storage.values():
-        shard = path / info.relative_path
-        check(shard.is_file() and shard.stat().st_size >= info.offset + info.length,
-              f"{info.relative_path}: shorter than .metadata says")
-    return meta
-
-
-def find_checkpoint(ckpt_root):
-    """(newest whole checkpoint folder, its meta, ["step_N (what is damaged)" for newer ones skipped]);
-    (None, None, skipped) when there is none."""
-    return find_checkpoint_among(step_folders(ckpt_root))
-
-
-def find_checkpoint_among(folders):
-    """find_checkpoint over a list of step folders, newest first."""
-    skipped = []
-    for path in folders:
-        try:
-            return path, checkpoint_meta(path), skipped
-        except ValueError as e:
-            skipped.append(f"{path.name} ({e})")
-    return None, None, skipped
-
-
-def load_checkpoint(model, opt, path, meta):
-    """Restore model, optimizer and RNG from a folder find_checkpoint chose; the step to continue from."""
-    check_crcs(path, meta)
-    msd, osd = get_state_dict(model, opt)
-    state = {"model": msd, "optim": osd}
-    dcp.load(state, checkpoint_id=str(path), process_group=IO_GROUP)
-    set_state_dict(model, opt, model_state_dict=state["model"], optim_state_dict=state["optim"])
-    torch.set_rng_state(torch.tensor(meta["rng"], dtype=torch.uint8))
-    return meta["step"]
-
-
-def resume_from(model, opt, ckpt, meta):
-    """Load the checkpoint check_run chose. One that passes checkpoint_meta may still fail to load
-    (bytes damaged inside a shard, its size unchanged: a checksum differs, or DCP cannot read it):
-    then, on every rank alike, warn and take the next older whole one. A partial load is harmless, the next one overwrites every tensor. Refuses
-    when none loads. Returns the step to continue from."""
-    while True:
-        try:
-            step, err = load_checkpoint(model, opt, ckpt, meta), None
-        except (Exception, CheckpointException) as e:    # many kinds, by where the damage is; DCP's
-            # own CheckpointException is a BaseException
-            step, err = None, f"{type(e).__name__}: {str(e)[:120]}"
-        errors = [None] * dist.get_world_size()
-        dist.all_gather_object(errors, err, group=IO_GROUP)
-        errors = [e for e in errors if e]
-        if not errors:
-            return step
-        older = [p for p in step_folders(ckpt.parent) if int(p.name[5:]) < int(ckpt.name[5:])]
-        failed, (ckpt, meta, _) = ckpt, find_checkpoint_among(older)
-        print0(f"warning: {failed.name} could not be loaded ({errors[0]}); "
-               + (f"resuming from {ckpt.name}" if ckpt else "no older checkpoint"))
-        if ckpt is None:
-            dist.destroy_process_group()
-            refuse(f"--resume: no checkpoint in {failed.parent} could be loaded; move the damaged ones away")
-
-
-def check_safetensors(path):
-    """ValueError unless a .safetensors file is as long as its header says (a cut file fails this
-    without reading a tensor): 8 bytes of header length, the JSON header, then the tensors' bytes."""
-    try:
-        with open(path, "rb") as f:
-            n = int.from_bytes(f.read(8), "little")
-            header = json.loads(f.read(n))
-        end = max((v["data_offsets"][1] for k, v in header.items() if k != "__metadata__"), default=0)
-    except (OSError, ValueError, KeyError, TypeError, IndexError):
-        raise ValueError(f"{path.name}: unreadable header") from None
-    check(path.stat().st_size == 8 + n + end, f"{path.name}: {path.stat().st_size} bytes, its header says {8 + n + end}")
-
-
-def conflict_message(folder, changed):
-    return (f"--resume: {folder} was trained with other settings: {', '.join(changed)}; resume with the old "
-            f"values or use another --out_dir (a resume may change only --{', --'.join(RESUME_MAY_CHANGE)})")
-
-
-# What a run saved before a flag existed did, where that differs from the flag's default.
-BEFORE_FLAG = {"maze_reward": "walk"}
-
-
-def resume_conflicts(saved, cfg):
-    """The flags of `cfg` that differ from the `saved` config (a checkpoint's) and may not change on
-    resume, as "--name now (was before)". A field the saved config lacks (added since) is compared
-    with BEFORE_FLAG's value if it has one, else not at all."""
-    now, saved = asdict(cfg), {**BEFORE_FLAG, **saved}
-    return [f"--{k} {now[k]} (was {v})" for k, v in saved.items()
-            if k in now and k not in RESUME_MAY_CHANGE and now[k] != v]
-
-
-# -----------------------------------------------------------------------------
-# Exports: Hugging Face model folders that from_pretrained and evaluate.py load as they are. final at
-# the end; epoch_E at the end of every epoch of the math data and step_NNNNNN every --export_every
-# steps, for checkpoint selection (PAPER App. L.4; evaluate.py --models, select_checkpoint).
-
-def export_names(cfg, done, num_prompts):
-    """The exports due once `done` steps are finished. Step s trains on the global prompt indices
-    s * P ... (s + 1) * P - 1 (P = --prompts_per_step, prompt_indices), and index i is problem
-    i mod num_prompts of epoch i // num_prompts (reward.make_task shuffles each epoch). So epoch E ends
-    in the step that reaches index E * num_prompts - 1, and epoch_E is exported after it; when P does
-    not divide num_prompts that step also trained on the first prompts of epoch E + 1. The maze draws a
-    new maze for every index (num_prompts None): no epochs there, only --export_every."""
-    names = []
-    P = cfg.prompts_per_step
-    if num_prompts and done * P // num_prompts > (done - 1) * P // num_prompts:
-        names.append(f"epoch_{done * P // num_prompts}")       # at most one a step: num_prompts >= P
-    if cfg.export_every and done % cfg.export_every == 0:
-        names.append(f"step_{done:06d}")
-    return names
-
-
-def due_exports(cfg, done, num_prompts, out):
-    """export_names less those already in out_dir. Those are from this run: a fresh run refuses an
-    out_dir with exports, and a resumed one redoes steps after its checkpoint, whose exports a killed
-    try may have written already (with the same settings, check_run). Rank 0 decides for everyone,
-    since every rank must join export's gather or none."""
-    names = export_names(cfg, done, num_prompts)
-    if names:
-        decided = [[n for n in names if not (out / n).exists()]]
-        dist.broadcast_object_list(decided, src=0)
-        names = decided[0]
-    return names
-
-
-def export_folders(out):
-    """The epoch_E and step_NNNNNN folders in out_dir (TRAIN_OUTPUTS' patterns), by name."""
-    return sorted(p for p in Path(out).glob("*_*") if re.fullmatch(r"epoch_\d+|step_\d{6,}", p.name) and p.is_dir())
-
-
-def progress(cfg, done, num_prompts):
-    """progress.json of an export: how far training had got. Checkpoint selection compares compute as
-    rollouts sampled (evaluate.select_checkpoint); epochs is None for the maze."""
-    prompts = done * cfg.prompts_per_step
-    return {"step": done, "prompts": prompts, "rollouts": prompts * cfg.group_size,
-            "epochs": prompts / num_prompts if num_prompts else None, "num_prompts": num_prompts,
-            "config": asdict(cfg), "git": git_sha()}
-
-
-def export(model, tokenizer, out_dir, names, cfg, info):
-    """Write out_dir/NAME for each of `names`: model.safetensors, config, tokenizer and progress.json
-    (`info`). Every rank joins one gather of the full state dict (FSDP2 needs them all; cpu_offload
-    keeps the result on rank 0 only); rank 0 writes each folder atomically (common.atomic_dir) while
-    the others wait at the barrier."""
-    sd = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
-    if dist.get_rank() == 0:
-        def write(tmp):
-            atomic_write_json(Path(tmp) / "progress.json", info)    # first: a source's own is not copied over it
-            # A copy: save_pretrained empties the dict it is given, and a second folder then got no
-            # weights at all (transformers 5.19), so each write also checks that they are there.
-            model.save_pretrained(tmp, state_dict=dict(sd))
-            check(any(Path(tmp).glob("*.safetensors")), "export: save_pretrained wrote no weights")
-            if Path(cfg.model).is_dir():    # keep the source's tokenizer files (and a maze's sft.json) as is
-                for f in Path(cfg.model).iterdir():     # not its hidden files: our marker, temp leftovers
-                    if (f.is_file() and not f.name.startswith(".") and not (Path(tmp) / f.name).exists()
-                            and f.suffix not in (".safetensors", ".bin")):
-                        shutil.copy(f, tmp)
-            else:
-                tokenizer.save_pretrained(tmp)
-        for name in names:
-            atomic_dir(Path(out_dir) / name, write)
-    io_barrier()
-
-
-def git_sha():
-    try:
-        return subprocess.check_output(["git", "rev-parse", "HEAD"], cwd=Path(__file__).parent,
-                                       stderr=subprocess.DEVNULL, text=True).strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-
-
-# -----------------------------------------------------------------------------
-
-def main(cfg):
-    if cfg.plan:                          # --plan true: the memory plan for these flags, nothing else
-        plan = memory.plan(cfg, cfg.nproc, cfg.gpu_memory_gb)
-        print(memory.format_plan(plan))
-        if not plan.fits:
-            refuse(memory.verdict(plan))
-        return
-    # 0) set up: process group, checks, tokenizer, policy + engine (+ reference), optimizer, task, resume
-    check_packages(cfg)
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
-    rank, world, device = init_dist(cfg.device)
-    if device.type == "cuda" and cfg.model != "tiny":   # the same plan, with this run's world and device
-        plan = memory.plan(cfg, world, torch.cuda.get_device_properties(device).total_memory / 2**30)
-        if not plan.fits:
-            dist.destroy_process_group()
-            refuse(memory.verdict(plan))
-    transformers.utils.logging.disable_progress_bar()
-    out = Path(cfg.out_dir)
-    ckpt, meta = check_run(cfg, world, out)
-    tokenizer = load_tokenizer(cfg)
-    pad = reward.pad_id(tokenizer)
-    print0(describe(cfg, world, device))
-    model, ref_model, engine, opt = build(cfg, tokenizer, pad, device)
-    task = make_task(cfg, tokenizer, model.config.model_type)
-    start = resume_from(model, opt, ckpt, meta) if ckpt is not None else 0
-    sync_weights(model, engine)                    # the engine samples from exactly these weights
-    logger = start_logging(cfg, out, task, world, start)
-    try:
-        train_loop(cfg, start, task, model, ref_model, engine, opt, logger, tokenizer, out, pad, device, rank, world)
-    except NonFinite as e:
-        print(f"error: {e}", file=sys.stderr, flush=True)
-        sys.exit(1)                          # before any checkpoint or export of this step
-
-    # 8) export, then free everything that holds the process group (FSDP's device mesh) before
-    # destroying it: a group freed later, during interpreter exit, can abort a gloo rank
-    # ("terminate called without an active exception") after all the work is done.
-    export(model, tokenizer, out, ["final"], cfg, progress(cfg, max(start, cfg.steps), task.num_prompts))
-    dist.barrier()
-    engine.close()          # vLLM destroys the process groups it joined, the default one included
-    del model, opt, ref_model, engine
-    gc.collect()
-    if dist.is_initialized():
-        dist.destroy_process_group()
-
-
-def train_loop(cfg, start, task, model, ref_model, engine, opt, logger, tokenizer, out, pad, device, rank, world):
-    """Steps start .. cfg.steps - 1: phases 1-7 of main's loop."""
-    for step in range(start, cfg.steps):
-        # 1) - 6) rollouts, rewards, advantages, updates, weight sync
-        r = rl_step(cfg, step, task, model, ref_model, engine, opt, pad=pad, device=device, rank=rank, world=world)
-
-        # 7) metrics (all-reduced), held-out evaluation, one log line, a sample, exports, a checkpoint
-        metrics = step_metrics(r)
-        if task.evaluate and ((cfg.eval_every and (step + 1) % cfg.eval_every == 0) or step + 1 == cfg.steps):
-            metrics.update(evaluate_heldout(task, engine, rank, world))
-        if rank == 0:
-            logger(metrics)
-            if cfg.sample_every and step % cfg.sample_every == 0:
-                print(f"  sample (reward {float(r.R.flatten()[0]):.3g}): {task.show(r.rollouts.token_ids[0])[-300:]!r}",
-                      flush=True)
-        # Exports before the checkpoint of the same step: a kill between the two then redoes the step
-        # on resume and finds the export there (kept, not written again); the other order would lose it.
-        names = due_exports(cfg, step + 1, task.num_prompts, out)
-        if names:
-            export(model, tokenizer, out, names, cfg, progress(cfg, step + 1, task.num_prompts))
-        if (step + 1) % cfg.save_every == 0 or step + 1 == cfg.steps:
-            save_checkpoint(model, opt, step + 1, cfg, out)
-
-
-def rl_step(cfg, step, task, model, ref_model, engine, opt, *, pad, device, rank, world):
-    """One RL step (0-based `step`) on this rank: phases 1-6 of main's loop. Returns the StepResult
-    that step_metrics turns into the logged metrics. bench/gpu_check.py times this same function."""
-    num_minibatches = cfg.prompts_per_step // cfg.mini_batch_prompts   # optimizer steps per RL step
-    on_policy = num_minibatches == 1
-    t0 = time.perf_counter()
-    # 1) rollouts: N per prompt, seeded by (seed, step, prompt index), never by rank
-    idx = prompt_indices(cfg, step, rank, world)
-    items = [task.prompt(i) for i in idx]                   # (prompt ids, answer)
-    rollouts = engine.generate([ids for ids, _ in items], cfg.group_size,
-                               seeds=[mix_seed(cfg.seed, step, i) for i in idx],
-                               max_new_tokens=task.max_new_tokens, stop_token_ids=task.stop_token_ids,
-                               temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k)
-    t_rollout = time.perf_counter() - t0
-    engine.sleep()                        # vLLM on GPU: free its memory for the update
-
-    # 2) rewards and 3) advantages, group by group (all N rollouts of a prompt are on this rank)
-    prompts = [items[i][0] for i in rollouts.prompt_index]
-    completions = rollouts.token_ids
-    rewards, reward_stats = task.score([items[i][1] for i in rollouts.prompt_index], completions)
-    R = torch.tensor(rewards, dtype=torch.float32).view(len(idx), cfg.group_size)  # (P, N)
-    A_pre = group_advantages(R, cfg.norm_std)                                      # Eq. 3
-    if cfg.ds_grpo:
-        lbar = torch.tensor([sum(e) / max(len(e), 1) for e in rollouts.engine_logp])
-        A, g = ds_grpo_advantages(R, lbar.view_as(R)), torch.ones(len(idx))
+def load_model(cfg, tokenizer, dtype=torch.float32):
+    """The policy as a transformers model, computing attention with rollout.attention (SDPA without
+    copying the KV heads on the CPU; transformers' own SDPA on GPU)."""
+    if cfg.model == "tiny":                           # a random policy for tests and smoke runs
+        torch.manual_seed(cfg.seed)                   # same init on every rank
+        own = None if cfg.tokenizer else TASKS[cfg.task].model     # the task's, made for its own tokenizer
+        model = (own() if own else tiny_qwen(len(tokenizer))).to(dtype)
     else:
-        A, g = focal_advantages(R, cfg.gamma, normalize_std=cfg.norm_std)          # Eq. 13
-    if all_max(float(not torch.isfinite(A).all())) > 0:    # any rank's: all stop together
-        raise NonFinite(f"step {step + 1}: non-finite advantages (rewards {R.flatten().tolist()[:16]} ...); "
-                        "a task's score or a weighting gave NaN or inf")
-    t_reward = time.perf_counter() - t0 - t_rollout
-
-    # 4) old log-probs with the trainer's own forward, unless the update is exactly on-policy
-    model.eval()                          # inference only; the update below runs in training mode
-    old_logp = None if on_policy else old_log_probs(model, prompts, completions, cfg, pad, device,
-                                                    keep=live_rows(cfg, A.flatten()))
-    t_old_logp = time.perf_counter() - t0 - t_rollout - t_reward
-
-    # 5) one optimizer step per mini-batch of whole groups
-    lr = cfg.lr * min(1.0, (step + 1) / cfg.warmup_steps) if cfg.warmup_steps else cfg.lr
-    per_mb = len(completions) // num_minibatches
-    update_stats, grad_norms, first_logp = {}, [], []
-    model.train()                         # activation checkpointing acts only in training mode
-    for k in range(num_minibatches):
-        mb = slice(k * per_mb, (k + 1) * per_mb)
-        stats, logp = update_minibatch(model, ref_model, prompts[mb], completions[mb], A.flatten()[mb],
-                                       None if on_policy else old_logp[mb], on_policy=on_policy, cfg=cfg,
-                                       pad_id=pad, device=device, world=world, max_len=task.max_new_tokens)
-        grad_norms.append(clip_and_step(model, opt, cfg, lr))
-        first_logp += logp
-        for key, v in stats.items():
-            update_stats[key] = (max(update_stats.get(key, 0.0), v) if key == "ratio/max"
-                                 else update_stats.get(key, 0.0) + v / num_minibatches)
-    model.eval()
-    if on_policy:
-        old_logp = first_logp             # the first forward IS pi_old (deviation 4)
-    t_train = time.perf_counter() - t0 - t_rollout - t_reward - t_old_logp
-
-    # 6) weight sync, so the next rollouts come from the updated policy
-    engine.wake_up()
-    t_sync = sync_weights(model, engine)
-    return StepResult(step + 1, R, A_pre, A, g, rollouts, old_logp, reward_stats, update_stats, grad_norms, lr,
-                      {"rollout": t_rollout, "reward": t_reward, "old_logp": t_old_logp, "train": t_train,
-                       "weight_sync": t_sync, "step": time.perf_counter() - t0})
+        model = AutoModelForCausalLM.from_pretrained(cfg.model, dtype=dtype)
+    return use_attention(model)
 
 
-def describe(cfg, world, device):
-    lo, hi = clip_bounds(cfg.loss, cfg.eps_low, cfg.eps_high)
-    return (f"loss {cfg.loss}: ratio bounds [{lo:.2f}, {hi:.2f}]"
-            + (" (CISPO weight bounds)" if cfg.loss == "cispo" else f", dual clip {cfg.dual_clip}")
-            + f" | gamma {cfg.gamma} | N {cfg.group_size} | world {world} | device {device}")
+def tiny_qwen(vocab_size):
+    """--model tiny's policy unless the task brings one: a random 2-layer Qwen2, 64 wide."""
+    return Qwen2ForCausalLM(Qwen2Config(
+        vocab_size=vocab_size, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096, tie_word_embeddings=True))
+
+
+def shard(model, device):
+    """FSDP2: each transformer block is its own unit, then the root (embeddings, norm, head).
+    The blocks are the modules whose class the model names in _no_split_modules, which every HF
+    causal LM sets (a model that names none is one unit).
+    The model arrives on the CPU: fully_shard moves one unit at a time to the device and keeps only
+    this rank's shard there, so the whole fp32 model never sits on one GPU (28 GiB for a 7B).
+    On GPU: bf16 compute, fp32 master weights and fp32 gradient reductions. On CPU: all fp32."""
+    mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) \
+        if device.type == "cuda" else MixedPrecisionPolicy()
+    mesh = init_device_mesh(device.type, (dist.get_world_size(),))
+    blocks = set(getattr(model, "_no_split_modules", None) or ())     # e.g. {"Qwen2DecoderLayer"}
+    for module in model.modules():
+        if module is not model and type(module).__name__ in blocks:
+            fully_shard(module, mesh=mesh, mp_policy=mp)
+    fully_shard(model, mesh=mesh, mp_policy=mp)
+    register_policy_forward(model)     # rollout.policy_logp's head runs where the root's weights are whole
+    return model
 
 
 def build(cfg, tokenizer, pad, device, load=load_model):
@@ -1027,212 +720,91 @@ def build(cfg, tokenizer, pad, device, load=load_model):
     return model, ref_model, engine, opt
 
 
-def start_logging(cfg, out, task, world, start):
-    """Rank 0 writes run.json, drops metrics logged after the checkpoint, and gets the logger."""
-    if start:
-        print0(f"resumed from step {start}")
-    if dist.get_rank() != 0:
-        return None
-    mark_out_dir(out, LOGS)               # so a later fresh run knows these two are ours (check_run)
-    atomic_write_json(out / "run.json", {"config": asdict(cfg), "git": git_sha(), "world": world,
-                                         "torch": torch.__version__, "argv": sys.argv,
-                                         "num_prompts": task.num_prompts})
-    keep_metrics_until(out / "metrics.jsonl", start)
-    return make_logger(cfg, out)
+def describe(cfg, world, device):
+    lo, hi = clip_bounds(cfg.loss, cfg.eps_low, cfg.eps_high)
+    return (f"loss {cfg.loss}: ratio bounds [{lo:.2f}, {hi:.2f}]"
+            + (" (CISPO weight bounds)" if cfg.loss == "cispo" else f", dual clip {cfg.dual_clip}")
+            + f" | gamma {cfg.gamma} | N {cfg.group_size} | world {world} | device {device}")
 
 
-def prompt_indices(cfg, step, rank, world):
-    """This rank's global prompt indices for `step`. Global mini-batch k of the step holds indices
-    step * prompts_per_step + k * mini_batch_prompts + [0, mini_batch_prompts); rank r owns a slice
-    of each, so every world size forms the same mini-batches."""
-    per_rank = cfg.mini_batch_prompts // world          # this rank's prompts in each mini-batch
-    return [step * cfg.prompts_per_step + k * cfg.mini_batch_prompts + rank * per_rank + j
-            for k in range(cfg.prompts_per_step // cfg.mini_batch_prompts) for j in range(per_rank)]
+# -----------------------------------------------------------------------------
+# Checks that need more than the flags: installed packages, the device, the world size
 
-
-def check_run(cfg, world, out):
-    """Refuse, in one line, what only shows once we know the world size and the output folder;
-    then tidy what killed runs left. Returns (checkpoint folder to resume from or None, its meta).
-    The global batch is fixed by config; the world size only changes each rank's share."""
-    problems = lock_out_dir(out) if dist.get_rank() == 0 else []   # first: "in use" says the most
-    if cfg.prompts_per_step % world:
-        problems.append(f"--prompts_per_step {cfg.prompts_per_step} must be divisible by the world size {world}")
-    if cfg.mini_batch_prompts % world:
-        problems.append(f"--mini_batch_prompts {cfg.mini_batch_prompts} must be divisible by the world size {world}")
-    ckpt_root, exports = out / "ckpt", export_folders(out)
-    for name in LOGS if not cfg.resume else ():   # a fresh run rewrites them: only if a run of ours wrote them
-        if (out / name).exists() and not is_ours(out / name, "train.py"):
-            problems.append(f"--out_dir {out}: holds {name}, which no train.py run wrote there (no {MARKER} "
-                            "lists it); move it away or choose another --out_dir")
-    for p in sorted(ckpt_root.glob("step_*")) if ckpt_root.is_dir() else []:
-        if re.fullmatch(r"step_\d+", p.name) and (p.is_symlink() or not p.is_dir()):
-            problems.append(f"--out_dir {out}: ckpt/{p.name} is {'a symlink' if p.is_symlink() else 'a file'}, not "
-                            "a checkpoint of ours; move it away")
-    if not cfg.resume and (step_folders(ckpt_root) or (ckpt_root / "latest").exists() or exports):
-        problems.append(f"--out_dir {out} holds checkpoints or exports of an earlier run: pass --resume true, "
-                        "or choose another --out_dir")
-    final = out / "final"                            # the export at the end replaces it: ours only
-    if (final.exists() or final.is_symlink()) and not (final.is_dir() and is_ours(final)):
-        what = "a symlink" if final.is_symlink() else "a folder" if final.is_dir() else "a file"
-        problems.append(f"--out_dir {out}: 'final' is {what} that we did not write (common.is_ours), and the "
-                        "run would end by replacing it; move it away or choose another --out_dir")
-    ckpt, meta, skipped = find_checkpoint(ckpt_root) if cfg.resume else (None, None, [])
-    changed = resume_conflicts(meta["config"], cfg) if meta else []
-    if changed:
-        problems.append(conflict_message(ckpt, changed))
-    for folder in exports if cfg.resume else []:     # kept, never written again: ours, and this experiment's
-        try:
-            check(is_ours(folder), "we did not write it")
-            saved = json.loads((folder / "progress.json").read_text())["config"]
-            for f in folder.glob("*.safetensors"):
-                check_safetensors(f)
-        except (OSError, ValueError, KeyError, TypeError) as e:
-            problems.append(f"--out_dir {out}: {folder.name} is not a whole export of ours ({e}); move it away")
-            continue
-        if resume_conflicts(saved, cfg):
-            problems.append(conflict_message(folder, resume_conflicts(saved, cfg)))
-    first = [problems[0] if problems else None]        # the lock is rank 0's: all ranks follow its answer
-    dist.broadcast_object_list(first, src=0)
-    if first[0]:
-        dist.destroy_process_group()
-        refuse(first[0])                               # as for a bad flag (common.parse_config)
-    if dist.get_rank() == 0:
-        if skipped:
-            print(f"warning: skipped damaged checkpoint(s) {', '.join(skipped)}; resuming from "
-                  f"{ckpt.name if ckpt else 'step 0'}", file=sys.stderr, flush=True)
-        remove_killed_saves(out, ckpt_root)
-    io_barrier()
-    return ckpt, meta
-
-
-def remove_killed_saves(out, ckpt_root):
-    """Delete what killed runs left, by our own temp names only: half-written checkpoints
-    (.step_N.tmp), checkpoints moved aside for a replacement (.step_N.old) and atomic-write temps."""
-    for p in ckpt_root.glob(".step_*"):
-        if re.fullmatch(r"\.step_\d+\.(tmp|old)", p.name):
-            shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()
-    remove_temp(out, (), TRAIN_OUTPUTS)
-
-
-LOGS = ("run.json", "metrics.jsonl")     # rewritten by a fresh run: the marker must list them
-LOCK = ".train.lock"
-_lock = None                  # the open lock file: held while this process lives
-
-
-def lock_out_dir(out):
-    """Take an OS lock on out_dir/.train.lock for this run's lifetime (rank 0), so that a second
-    train.py on the same folder, fresh or --resume, is refused at once instead of interleaving its
-    metrics and checkpoints with ours. The kernel drops the lock when the process dies, however it
-    dies, so a killed run never blocks its own resume. Returns [problem] or []."""
-    global _lock
-    out.mkdir(parents=True, exist_ok=True)
-    f = open(out / LOCK, "a+")
+def check_packages(cfg):
+    """Exit 2 in one line, before any work, when the run needs a package beyond requirements.txt that
+    is not installed (or a GPU this torch cannot see); the line names the flag and the fix. Not part of
+    Config.__post_init__: a Config must build where these are missing (bench/gpu_check.py builds one on
+    a GPU image without them)."""
     try:
-        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        f.seek(0)
-        holder = f.read().strip() or "another process"
-        f.close()
-        return [f"--out_dir {out} is in use by another train.py run ({holder}); wait for it to end or choose "
-                "another --out_dir"]
-    f.seek(0)
-    f.truncate()
-    f.write(f"pid {os.getpid()} on {socket.gethostname()}\n")
-    f.flush()
-    _lock = f
-    return []
+        check_device(cfg.device)
+    except ValueError as e:
+        refuse(e)
+    engine = memory.engine_kind(cfg, device_type(cfg))
+    vllm_fix = ("needs vLLM: pip install -r requirements-gpu.txt" if cfg.engine == "vllm" else
+                "uses vLLM on CUDA, which is not installed: pip install -r requirements-gpu.txt, or pass "
+                "--engine torch")
+    needs = [("datasets", cfg.task == "math" and reward.is_hub_data(cfg.data), f"--data {cfg.data}",
+              reward.DATASETS_MISSING),
+             ("vllm", engine == "vllm", f"--engine {cfg.engine}", vllm_fix),
+             ("wandb", cfg.wandb, "--wandb true", "needs wandb (optional, not in any requirements file): "
+              "pip install wandb")]
+    for package, needed, flag, fix in needs:
+        if needed and importlib.util.find_spec(package) is None:
+            refuse(f"{flag}: {fix}")
 
 
-@dataclass
-class StepResult:
-    """What one RL step produced on this rank: the inputs of step_metrics."""
-    step: int                 # 1-based, as logged
-    R: torch.Tensor           # (P, N) rewards
-    A_pre: torch.Tensor       # (P, N) advantages before the focal weight (Eq. 3)
-    A: torch.Tensor           # (P, N) advantages the update used (Eq. 13, or DS-GRPO)
-    g: torch.Tensor           # (P,) focal weight (Eq. 12)
-    rollouts: Rollouts
-    old_logp: list            # per completion, the trainer's log-probs under pi_old (None: skipped)
-    reward_stats: dict        # task.score's counts, logged as reward/NAME
-    update_stats: dict        # update_minibatch's metrics, averaged over mini-batches (ratio/max: max)
-    grad_norms: list          # pre-clip, one per optimizer step
-    lr: float
-    seconds: dict             # wall-clock per phase, logged as time/NAME
+def batch_problems(cfg, world):
+    """The global batch is fixed by config; the world size only changes each rank's share, which must
+    be whole. check_run refuses the first of these, in one line."""
+    return [f"--{name} {getattr(cfg, name)} must be divisible by the world size {world}"
+            for name in ("prompts_per_step", "mini_batch_prompts") if getattr(cfg, name) % world]
 
 
-def step_metrics(r):
-    """The diagnostics of IMPLEMENTATION_NOTES §5 for this step, over all ranks.
-
-    Counts are summed over ranks first and divided after, so every mean is over the global batch.
-    """
-    R, A_pre, A, g = r.R, r.A_pre, r.A, r.g
-    mixed = R.std(1) > 0                                                  # (P,) groups with signal
-    lens = torch.tensor([len(c) for c in r.rollouts.token_ids], dtype=torch.float64)
-    gap = torch.cat([(torch.tensor(e) - o).abs() for e, o in zip(r.rollouts.engine_logp, r.old_logp)
-                     if o is not None] or [torch.zeros(0)])        # skipped groups have no trainer logp
-    sums = {"groups": R.shape[0], "rollouts": R.numel(), "reward": R.sum(),
-            "all_correct": (R.min(1).values >= 1).sum(),
-            "all_wrong": (R.max(1).values <= 0).sum(), "g": g.sum(), "g_mixed": g[mixed].sum(),
-            "mixed": mixed.sum(), "adv_pre": A_pre.abs().sum(), "adv_post": A.abs().sum(),
-            "tokens": lens.sum(), "trunc": sum(f == "length" for f in r.rollouts.finish_reason),
-            "gap": gap.sum(), "gap_n": gap.numel(), **r.reward_stats}
-    s = dict(zip(sums, all_sum([float(v) for v in sums.values()]).tolist()))
-    len_max, gap_max = all_max([lens.max(), gap.max() if gap.numel() else 0.0]).tolist()
-    n = s["rollouts"]
-    metrics = {"step": r.step, "reward/mean": s["reward"] / n,
-               "groups/all_correct": s["all_correct"] / s["groups"], "groups/all_wrong": s["all_wrong"] / s["groups"],
-               "focal/g_mean": s["g"] / s["groups"],
-               "adv/abs_mean_pre": s["adv_pre"] / n, "adv/abs_mean_post": s["adv_post"] / n,
-               "len/mean": s["tokens"] / n, "len/max": len_max, "trunc/frac": s["trunc"] / n,
-               "logp/diff_abs_mean": s["gap"] / max(s["gap_n"], 1), "logp/diff_max": gap_max,
-               "grad_norm": sum(r.grad_norms) / len(r.grad_norms), "lr": r.lr, "tokens": s["tokens"]}
-    if s["mixed"]:                    # a mean over no groups is undefined; 0 would drag run averages down
-        metrics["focal/g_mean_mixed"] = s["g_mixed"] / s["mixed"]
-    metrics.update({f"reward/{k}": s[k] for k in r.reward_stats})
-    metrics.update(r.update_stats)
-    metrics.update({f"time/{k}": v for k, v in r.seconds.items()})
-    metrics.update({"tok_per_s": s["tokens"] / r.seconds["step"],
-                    "tok_per_s/rollout": s["tokens"] / r.seconds["rollout"]})
-    return metrics
+def device_type(cfg):
+    """"cuda" or "cpu": what --device auto means on this machine."""
+    return cfg.device if cfg.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
 
 
-def keep_metrics_until(path, step):
-    """On resume, drop logged steps after the checkpoint: they are about to be redone."""
-    if not path.exists():
-        return
-    keep = []
-    for line in path.read_text().splitlines():
-        try:
-            if json.loads(line)["step"] <= step:
-                keep.append(line)
-        except (json.JSONDecodeError, KeyError):      # a line cut short by a kill
-            pass
-    atomic_write_text(path, "".join(l + "\n" for l in keep))
+# -----------------------------------------------------------------------------
+# Distributed setup: torchrun, or one process that still gets a process group
+
+def init_dist(device):
+    if "RANK" not in os.environ:                       # plain `python train.py`: a group of one
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1",
+                          MASTER_PORT=str(port))
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cuda":
+        torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+        device = f"cuda:{os.environ['LOCAL_RANK']}"
+    dist.init_process_group("nccl" if device.startswith("cuda") else "gloo")
+    checkpoint.start_io_group()       # the gloo group with a long timeout that checkpoints and exports wait in
+    return dist.get_rank(), dist.get_world_size(), torch.device(device)
 
 
-def make_logger(cfg, out):
-    """One grep-able line per step, the full metrics to metrics.jsonl (and wandb if asked)."""
-    run = None
-    if cfg.wandb:
-        import wandb
-        run = wandb.init(project="fgrpo", config=asdict(cfg), dir=str(out))
+def print0(*args):
+    if dist.get_rank() == 0:
+        print(*args, flush=True)
 
-    def log(m):
-        with open(out / "metrics.jsonl", "a") as f:
-            f.write(json.dumps(m) + "\n")
-        if run is not None:
-            run.log(m, step=m["step"])
-        line = (f"step {m['step']}/{cfg.steps} | reward {m['reward/mean']:.3f} | g {m['focal/g_mean']:.2f} "
-                f"| |A| {m['adv/abs_mean_post']:.3f} | zero_std {m['groups/all_correct']:.2f}/"
-                f"{m['groups/all_wrong']:.2f} | clip {m.get('clip/low', m.get('cispo/at_lo', 0)):.3f}/"
-                f"{m.get('clip/high', m.get('cispo/at_hi', 0)):.3f} | ent {m['entropy']:.3f} "
-                f"| len {m['len/mean']:.0f} | trunc {m['trunc/frac']:.2f} | dlogp {m['logp/diff_abs_mean']:.1e} "
-                f"| gnorm {m['grad_norm']:.3f} | sync {m['time/weight_sync']:.2f}s | dt {m['time/step']:.1f}s")
-        evals = [k for k in m if k.startswith("eval/") and k.endswith("/pass@1")]
-        if evals:
-            line += " | eval pass@1 " + " ".join(f"{k.split('/')[1]} {m[k]:.3f}" for k in evals)
-        print(line, flush=True)
-    return log
+
+def all_sum(x):
+    """Sum a float or tensor over ranks (as float64 on the CPU, so gloo and nccl both work)."""
+    t = torch.as_tensor(x, dtype=torch.float64, device=_comm_device())
+    dist.all_reduce(t)
+    return t.cpu()
+
+
+def all_max(x):
+    t = torch.as_tensor(x, dtype=torch.float64, device=_comm_device())
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return t.cpu()
+
+
+def _comm_device():
+    return torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else "cpu"
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+import checkpoint
 import evaluate
 import maze
 import simulate
@@ -221,9 +222,9 @@ def test_resume_compares_a_flag_added_since_with_what_the_run_did(tmp_path):
     maze.save_checkpoint(maze.build_model(), maze.build_tokenizer(), model, {"config": {"size": 7}})
     cfg = train.Config(task="maze", model=str(model), out_dir=str(tmp_path / "run"))
     saved = {k: v for k, v in dataclasses.asdict(cfg).items() if k != "maze_reward"}
-    assert train.resume_conflicts(saved, cfg) == ["--maze_reward strict (was walk)"]
-    assert train.resume_conflicts(saved, dataclasses.replace(cfg, maze_reward="walk")) == []
-    assert train.resume_conflicts({**saved, "maze_reward": "strict"}, cfg) == []
+    assert checkpoint.resume_conflicts(saved, cfg) == ["--maze_reward strict (was walk)"]
+    assert checkpoint.resume_conflicts(saved, dataclasses.replace(cfg, maze_reward="walk")) == []
+    assert checkpoint.resume_conflicts({**saved, "maze_reward": "strict"}, cfg) == []
 
 
 @pytest.mark.parametrize("script", ["train", "evaluate", "maze", "bench/gpu_check"])

@@ -296,8 +296,8 @@ def test_damaged_checkpoints_fall_back_to_the_last_whole_one(tiny_run, tmp_path)
     assert len(warning) == 1 and all(f"step_00000{i}" in warning[0] for i in (2, 3, 4)), r.stderr
     assert "resuming from step_000001" in warning[0] and "resumed from step 1" in r.stdout
     assert_same_metrics(read_metrics(run), read_metrics(whole))
-    import train
-    assert [train.checkpoint_meta(p)["step"] for p in train.step_folders(ckpt)] == [4, 3, 2, 1]
+    import checkpoint
+    assert [checkpoint.checkpoint_meta(p)["step"] for p in checkpoint.step_folders(ckpt)] == [4, 3, 2, 1]
     assert sorted(p.name for p in ckpt.iterdir()) == ["notes.txt"] + [f"step_00000{i}" for i in (1, 2, 3, 4)]
     assert not list(run.glob(".metrics*"))
 

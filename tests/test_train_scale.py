@@ -21,6 +21,7 @@ import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 
+import checkpoint
 import memory
 import train
 from rollout import Rollouts
@@ -213,24 +214,24 @@ def test_retention_keeps_the_newest_whole_checkpoints_and_only_deletes_ours(tmp_
     root = tmp_path / "ckpt"
     for s in (1, 2, 3, 4):
         fake_checkpoint(root, s)
-    assert [p.name for p in train.superseded_checkpoints(root, 2)] == ["step_000002", "step_000001"]
-    assert train.superseded_checkpoints(root, 4) == []
+    assert [p.name for p in checkpoint.superseded_checkpoints(root, 2)] == ["step_000002", "step_000001"]
+    assert checkpoint.superseded_checkpoints(root, 4) == []
     # A damaged newest one (no meta.json: killed between DCP and meta) does not count as kept.
     fake_checkpoint(root, 5, whole=False)
-    assert [p.name for p in train.superseded_checkpoints(root, 2)] == ["step_000002", "step_000001"]
-    assert [p.name for p in train.superseded_checkpoints(root, 1)] == ["step_000003", "step_000002", "step_000001"]
+    assert [p.name for p in checkpoint.superseded_checkpoints(root, 2)] == ["step_000002", "step_000001"]
+    assert [p.name for p in checkpoint.superseded_checkpoints(root, 1)] == ["step_000003", "step_000002", "step_000001"]
     # All damaged: nothing is deleted, whatever K.
     only_bad = tmp_path / "bad"
     for s in (1, 2):
         fake_checkpoint(only_bad, s, whole=False)
-    assert train.superseded_checkpoints(only_bad, 1) == []
+    assert checkpoint.superseded_checkpoints(only_bad, 1) == []
     # Something of the user's inside an old folder, a symlink, a file named like a step: never ours.
     (root / "step_000001" / "notes.txt").write_text("mine")
     mine = tmp_path / "mine"
     mine.mkdir()
     (root / "step_000000").symlink_to(mine, target_is_directory=True)
     (root / "other").mkdir()
-    assert [p.name for p in train.superseded_checkpoints(root, 2)] == ["step_000002"]
+    assert [p.name for p in checkpoint.superseded_checkpoints(root, 2)] == ["step_000002"]
 
 
 @pytest.mark.slow
@@ -402,24 +403,24 @@ def test_a_cut_safetensors_file_is_found_by_its_header(tmp_path):
     from safetensors.torch import save_file
     f = tmp_path / "model.safetensors"
     save_file({"a": torch.zeros(100), "b": torch.ones(3, 4)}, str(f))
-    train.check_safetensors(f)
+    checkpoint.check_safetensors(f)
     data = f.read_bytes()
     f.write_bytes(data[:-10])
     with pytest.raises(ValueError, match="its header says"):
-        train.check_safetensors(f)
+        checkpoint.check_safetensors(f)
     f.write_bytes(b"\x00" * 4)
     with pytest.raises(ValueError, match="unreadable header"):
-        train.check_safetensors(f)
+        checkpoint.check_safetensors(f)
 
 
 def test_a_meta_json_without_a_whole_rng_state_is_a_damaged_checkpoint(tmp_path):
     path = fake_checkpoint(tmp_path / "ckpt", 3)
-    assert train.checkpoint_meta(path)["step"] == 3
+    assert checkpoint.checkpoint_meta(path)["step"] == 3
     for rng in (None, [], [0] * 10, ["a"] * torch.get_rng_state().numel()):
         meta = {"step": 3, "config": {}} if rng is None else {"step": 3, "config": {}, "rng": rng}
         (path / "meta.json").write_text(json.dumps(meta))
         with pytest.raises(ValueError, match="RNG"):
-            train.checkpoint_meta(path)
+            checkpoint.checkpoint_meta(path)
 
 
 @pytest.mark.slow

@@ -1,0 +1,512 @@
+"""
+train.py's run folder (--out_dir): what it may hold, its logs, DCP checkpoints and --resume, and the
+Hugging Face exports. None of this is the method; it lives here so that train.py reads as the RL loop.
+It imports nothing of train.py. How train.py uses it, in order:
+
+    checkpoint.start_io_group()                        # init_dist: the gloo group slow I/O waits in
+    ckpt, meta = check_run(cfg, out, problems)         # lock out_dir, refuse what cannot run, find --resume's
+    start = resume_from(model, opt, ckpt, meta)        # load it, or the next older whole one
+    log = start_logging(cfg, out, task, world, start)  # run.json; metrics.jsonl cut back to `start`
+    log(metrics)                                       # every step: a metrics.jsonl row and one printed line
+    export(model, tokenizer, out, due_exports(cfg, ...), cfg, progress(cfg, ...))   # epoch_E, step_N, final
+    save_checkpoint(model, opt, step, cfg, out)        # every --save_every steps and at the end
+
+out_dir holds only TRAIN_OUTPUTS (common.check_out_dir refuses a folder holding anything else):
+    run.json, metrics.jsonl          the config, git SHA and versions; one JSON line per step
+    ckpt/step_NNNNNN/                DCP shards + meta.json (step, config, RNG state, each file's CRC-32)
+    final/, epoch_E/, step_NNNNNN/   Hugging Face model folders with progress.json (evaluate.py --models)
+    .fgrpo.json, .train.lock         our marker (common.MARKER); the OS lock held while a run lives
+
+A function that takes the model, or that says so, is collective: every rank calls it at the same point.
+"""
+import fcntl
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import zlib
+from dataclasses import asdict
+from datetime import timedelta
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.api import CheckpointException
+from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict,
+                                                     get_state_dict, set_state_dict)
+
+from common import (MARKER, atomic_dir, atomic_write_json, atomic_write_text, check, is_ours, mark_out_dir,
+                    refuse, remove_temp, replace_dir)
+
+# What train.py writes in --out_dir; a folder holding anything else is refused (common.check_out_dir).
+# The last two are glob patterns: the exports epoch_E (math, at every epoch's end) and step_NNNNNN
+# (--export_every), each a Hugging Face model folder like final (see export_names).
+TRAIN_OUTPUTS = ("run.json", "metrics.jsonl", "ckpt", "final", "wandb", "epoch_[0-9]*", "step_[0-9]*", ".train.lock")
+# Flags a resumed run may change: how the same experiment runs, is logged and is evaluated. Any other
+# difference from the checkpoint's config (gamma, lr, loss, model, data, seed, batch, ...) is refused.
+RESUME_MAY_CHANGE = ("steps", "save_every", "eval_every", "eval_mazes", "eval_samples", "sample_every",
+                     "wandb", "out_dir", "resume", "threads", "device", "engine", "micro_batch_size",
+                     "micro_batch_tokens", "share_prompts", "grad_checkpointing", "export_every",
+                     "keep_checkpoints", "kv_cache_gb", "gpu_memory_utilization", "plan", "nproc",
+                     "gpu_memory_gb", "skip_dead_groups")
+
+
+# While rank 0 writes an export or deletes old checkpoints (tens of GB for a 7B), the other ranks wait
+# in a barrier of their own gloo group with a long timeout, never in the default group's (NCCL: 10 min).
+# Checkpoints are saved and loaded over it too: every rank writes its shards, and the slowest disk sets
+# the pace.
+IO_TIMEOUT = timedelta(hours=2)
+IO_GROUP = None
+
+
+def start_io_group():
+    """Create the gloo group for I/O waits; every rank calls it once, right after init_process_group."""
+    global IO_GROUP
+    IO_GROUP = dist.new_group(backend="gloo", timeout=IO_TIMEOUT)
+
+
+def io_barrier():
+    dist.barrier(group=IO_GROUP)
+
+
+# -----------------------------------------------------------------------------
+# Before any work: lock out_dir, refuse what cannot run, tidy what killed runs left
+
+def check_run(cfg, out, problems=()):
+    """Refuse, in one line, what only shows once the process group exists: out_dir in use by another
+    run (first: it says the most), the caller's `problems` (train.py: the batch against the world
+    size), then out_dir's own (folder_problems). Then tidy what killed runs left. Collective.
+    Returns (the checkpoint folder --resume continues from, or None; its meta.json)."""
+    problems = (lock_out_dir(out) if dist.get_rank() == 0 else []) + list(problems)
+    ckpt, meta, skipped = find_checkpoint(out / "ckpt") if cfg.resume else (None, None, [])
+    problems += folder_problems(cfg, out, ckpt, meta)
+    first = [problems[0] if problems else None]        # the lock is rank 0's: all ranks follow its answer
+    dist.broadcast_object_list(first, src=0)
+    if first[0]:
+        dist.destroy_process_group()
+        refuse(first[0])                               # as for a bad flag (common.parse_config)
+    if dist.get_rank() == 0:
+        if skipped:
+            print(f"warning: skipped damaged checkpoint(s) {', '.join(skipped)}; resuming from "
+                  f"{ckpt.name if ckpt else 'step 0'}", file=sys.stderr, flush=True)
+        remove_killed_saves(out, out / "ckpt")
+    io_barrier()
+    return ckpt, meta
+
+
+def folder_problems(cfg, out, ckpt, meta):
+    """What in out_dir stops this run: files a fresh run would rewrite that are not ours, a step_N
+    that is not a folder, an earlier run's checkpoints without --resume, a 'final' not ours; with
+    --resume, a checkpoint (`ckpt`, `meta`) or export of another experiment, or a damaged export."""
+    problems, ckpt_root, exports = [], out / "ckpt", export_folders(out)
+    for name in LOGS if not cfg.resume else ():   # a fresh run rewrites them: only if a run of ours wrote them
+        if (out / name).exists() and not is_ours(out / name, "train.py"):
+            problems.append(f"--out_dir {out}: holds {name}, which no train.py run wrote there (no {MARKER} "
+                            "lists it); move it away or choose another --out_dir")
+    for p in sorted(ckpt_root.glob("step_*")) if ckpt_root.is_dir() else []:
+        if re.fullmatch(r"step_\d+", p.name) and (p.is_symlink() or not p.is_dir()):
+            problems.append(f"--out_dir {out}: ckpt/{p.name} is {'a symlink' if p.is_symlink() else 'a file'}, not "
+                            "a checkpoint of ours; move it away")
+    if not cfg.resume and (step_folders(ckpt_root) or (ckpt_root / "latest").exists() or exports):
+        problems.append(f"--out_dir {out} holds checkpoints or exports of an earlier run: pass --resume true, "
+                        "or choose another --out_dir")
+    final = out / "final"                            # the export at the end replaces it: ours only
+    if (final.exists() or final.is_symlink()) and not (final.is_dir() and is_ours(final)):
+        what = "a symlink" if final.is_symlink() else "a folder" if final.is_dir() else "a file"
+        problems.append(f"--out_dir {out}: 'final' is {what} that we did not write (common.is_ours), and the "
+                        "run would end by replacing it; move it away or choose another --out_dir")
+    changed = resume_conflicts(meta["config"], cfg) if meta else []
+    if changed:
+        problems.append(conflict_message(ckpt, changed))
+    for folder in exports if cfg.resume else []:     # kept, never written again: ours, and this experiment's
+        try:
+            check(is_ours(folder), "we did not write it")
+            saved = json.loads((folder / "progress.json").read_text())["config"]
+            for f in folder.glob("*.safetensors"):
+                check_safetensors(f)
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            problems.append(f"--out_dir {out}: {folder.name} is not a whole export of ours ({e}); move it away")
+            continue
+        if resume_conflicts(saved, cfg):
+            problems.append(conflict_message(folder, resume_conflicts(saved, cfg)))
+    return problems
+
+
+def remove_killed_saves(out, ckpt_root):
+    """Delete what killed runs left, by our own temp names only: half-written checkpoints
+    (.step_N.tmp), checkpoints moved aside for a replacement (.step_N.old) and atomic-write temps."""
+    for p in ckpt_root.glob(".step_*"):
+        if re.fullmatch(r"\.step_\d+\.(tmp|old)", p.name):
+            shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()
+    remove_temp(out, (), TRAIN_OUTPUTS)
+
+
+LOGS = ("run.json", "metrics.jsonl")     # rewritten by a fresh run: the marker must list them
+LOCK = ".train.lock"
+_lock = None                  # the open lock file: held while this process lives
+
+
+def lock_out_dir(out):
+    """Take an OS lock on out_dir/.train.lock for this run's lifetime (rank 0), so that a second
+    train.py on the same folder, fresh or --resume, is refused at once instead of interleaving its
+    metrics and checkpoints with ours. The kernel drops the lock when the process dies, however it
+    dies, so a killed run never blocks its own resume. Returns [problem] or []."""
+    global _lock
+    out.mkdir(parents=True, exist_ok=True)
+    f = open(out / LOCK, "a+")
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        f.seek(0)
+        holder = f.read().strip() or "another process"
+        f.close()
+        return [f"--out_dir {out} is in use by another train.py run ({holder}); wait for it to end or choose "
+                "another --out_dir"]
+    f.seek(0)
+    f.truncate()
+    f.write(f"pid {os.getpid()} on {socket.gethostname()}\n")
+    f.flush()
+    _lock = f
+    return []
+
+
+# -----------------------------------------------------------------------------
+# Logs: run.json once, then one metrics.jsonl line and one printed line per step
+
+def start_logging(cfg, out, task, world, start):
+    """Rank 0 writes run.json, drops metrics logged after the checkpoint, and gets the logger."""
+    if dist.get_rank() != 0:
+        return None
+    if start:
+        print(f"resumed from step {start}", flush=True)
+    mark_out_dir(out, LOGS)               # so a later fresh run knows these two are ours (check_run)
+    atomic_write_json(out / "run.json", {"config": asdict(cfg), "git": git_sha(), "world": world,
+                                         "torch": torch.__version__, "argv": sys.argv,
+                                         "num_prompts": task.num_prompts})
+    keep_metrics_until(out / "metrics.jsonl", start)
+    return make_logger(cfg, out)
+
+
+def keep_metrics_until(path, step):
+    """On resume, drop logged steps after the checkpoint: they are about to be redone."""
+    if not path.exists():
+        return
+    keep = []
+    for line in path.read_text().splitlines():
+        try:
+            if json.loads(line)["step"] <= step:
+                keep.append(line)
+        except (json.JSONDecodeError, KeyError):      # a line cut short by a kill
+            pass
+    atomic_write_text(path, "".join(l + "\n" for l in keep))
+
+
+def make_logger(cfg, out):
+    """One grep-able line per step, the full metrics to metrics.jsonl (and wandb if asked)."""
+    run = None
+    if cfg.wandb:
+        import wandb
+        run = wandb.init(project="fgrpo", config=asdict(cfg), dir=str(out))
+
+    def log(m):
+        with open(out / "metrics.jsonl", "a") as f:
+            f.write(json.dumps(m) + "\n")
+        if run is not None:
+            run.log(m, step=m["step"])
+        line = (f"step {m['step']}/{cfg.steps} | reward {m['reward/mean']:.3f} | g {m['focal/g_mean']:.2f} "
+                f"| |A| {m['adv/abs_mean_post']:.3f} | zero_std {m['groups/all_correct']:.2f}/"
+                f"{m['groups/all_wrong']:.2f} | clip {m.get('clip/low', m.get('cispo/at_lo', 0)):.3f}/"
+                f"{m.get('clip/high', m.get('cispo/at_hi', 0)):.3f} | ent {m['entropy']:.3f} "
+                f"| len {m['len/mean']:.0f} | trunc {m['trunc/frac']:.2f} | dlogp {m['logp/diff_abs_mean']:.1e} "
+                f"| gnorm {m['grad_norm']:.3f} | sync {m['time/weight_sync']:.2f}s | dt {m['time/step']:.1f}s")
+        evals = [k for k in m if k.startswith("eval/") and k.endswith("/pass@1")]
+        if evals:
+            line += " | eval pass@1 " + " ".join(f"{k.split('/')[1]} {m[k]:.3f}" for k in evals)
+        print(line, flush=True)
+    return log
+
+
+# -----------------------------------------------------------------------------
+# Checkpoints: torch.distributed.checkpoint, one folder ckpt/step_NNNNNN per save. There is no
+# "latest" pointer to fall out of step with the folders: resume takes the newest step folder that is
+# whole. A folder is written under a temp name and renamed into place only once complete, so a kill
+# at any moment leaves every step_* folder either whole or (disk trouble aside) absent.
+
+def save_checkpoint(model, opt, step, cfg, out_dir):
+    """Save model, optimizer and RNG as out_dir/ckpt/step_NNNNNN (collective), then delete the
+    checkpoints --keep_checkpoints no longer keeps (superseded_checkpoints)."""
+    ckpt_root = Path(out_dir) / "ckpt"
+    final, tmp = ckpt_root / f"step_{step:06d}", ckpt_root / f".step_{step:06d}.tmp"
+    msd, osd = get_state_dict(model, opt)
+    if dist.get_rank() == 0 and tmp.exists():            # left by a run killed mid-save
+        shutil.rmtree(tmp)
+    io_barrier()
+    dcp.save({"model": msd, "optim": osd}, checkpoint_id=str(tmp), process_group=IO_GROUP)
+    io_barrier()
+    crcs = shard_crcs(tmp)
+    if dist.get_rank() == 0:
+        atomic_write_json(tmp / "meta.json", {"step": step, "config": asdict(cfg),
+                                              "rng": torch.get_rng_state().tolist(), "crc32": crcs})
+        replace_dir(tmp, final)           # a damaged step_N that resume skipped is replaced, not an error
+        for old in superseded_checkpoints(ckpt_root, cfg.keep_checkpoints):
+            shutil.rmtree(old)
+    io_barrier()
+
+
+# What DCP and save_checkpoint write in a step folder; a folder holding anything else is not deleted.
+CHECKPOINT_FILES = re.compile(r"meta\.json|\.metadata|__\d+_\d+\.distcp")
+
+
+def crc32(path, chunk=1 << 24):
+    crc = 0
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            crc = zlib.crc32(block, crc)
+    return crc
+
+
+def shard_crcs(folder, names=None):
+    """{file: CRC-32} of DCP's files in a checkpoint folder (or of `names`), each rank reading its share
+    of the files and all ranks getting the whole dict. DCP stores no checksum, and bytes changed inside
+    a tensor load without an error: meta.json keeps these, and resume compares them before loading."""
+    if names is None:
+        names = sorted(f.name for f in folder.iterdir() if f.name != "meta.json" and CHECKPOINT_FILES.fullmatch(f.name))
+    mine = {n: crc32(folder / n) if (folder / n).is_file() else None
+            for n in names[dist.get_rank()::dist.get_world_size()]}
+    parts = [None] * dist.get_world_size()
+    dist.all_gather_object(parts, mine, group=IO_GROUP)
+    return {n: c for part in parts for n, c in part.items()}
+
+
+def check_crcs(folder, meta):
+    """ValueError naming the first of DCP's files whose bytes differ from those saved (checkpoints
+    saved without checksums pass)."""
+    saved = meta.get("crc32")
+    if saved is None:
+        return
+    now = shard_crcs(folder, sorted(saved))
+    for name in sorted(saved):
+        check(now[name] == saved[name], f"{name}: {'missing' if now[name] is None else 'bytes differ from those saved'}")
+
+
+def superseded_checkpoints(ckpt_root, keep):
+    """The step folders to delete once a new checkpoint is complete: every one older than the `keep`
+    newest WHOLE ones (checkpoint_meta), so a damaged newest folder never costs the last good one.
+    Only folders named step_N that hold nothing but our own files (CHECKPOINT_FILES) are candidates;
+    exports live outside ckpt/ and are never touched."""
+    whole, old = 0, []
+    for path in step_folders(ckpt_root):
+        if whole >= keep:
+            if not path.is_symlink() and all(CHECKPOINT_FILES.fullmatch(f.name) and f.is_file() for f in path.iterdir()):
+                old.append(path)
+            continue
+        try:
+            checkpoint_meta(path)
+            whole += 1
+        except ValueError:
+            pass
+    return old
+
+
+def step_folders(ckpt_root):
+    """ckpt/step_NNNNNN folders, newest first."""
+    found = [p for p in Path(ckpt_root).glob("step_*") if re.fullmatch(r"step_\d+", p.name) and p.is_dir()
+             and not p.is_symlink()]
+    return sorted(found, key=lambda p: int(p.name[5:]), reverse=True)
+
+
+def checkpoint_meta(path):
+    """meta.json of a checkpoint folder, or ValueError saying what is damaged: meta.json must parse
+    and name this step, DCP's .metadata must load, and every byte range it lists must lie inside
+    its file (a truncated shard fails that without reading a tensor)."""
+    try:
+        meta = json.loads((path / "meta.json").read_text())
+        step, config = meta["step"], meta["config"]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise ValueError(f"meta.json: {type(e).__name__}") from None
+    check(step == int(path.name[5:]) and isinstance(config, dict), "meta.json: not this step's")
+    rng = meta.get("rng")
+    check(isinstance(rng, list) and len(rng) == torch.get_rng_state().numel()
+          and all(isinstance(b, int) and 0 <= b < 256 for b in rng), "meta.json: no whole RNG state")
+    crcs = meta.get("crc32", {})
+    check(isinstance(crcs, dict) and all(isinstance(n, str) and CHECKPOINT_FILES.fullmatch(n) and isinstance(c, int) for n, c in crcs.items()), "meta.json: bad crc32")
+    try:
+        storage = dcp.FileSystemReader(str(path)).read_metadata().storage_data
+    except Exception as e:            # a cut pickle raises EOFError, UnpicklingError, ... by where it was cut
+        raise ValueError(f".metadata: {type(e).__name__}") from None
+    for info in storage.values():
+        shard = path / info.relative_path
+        check(shard.is_file() and shard.stat().st_size >= info.offset + info.length,
+              f"{info.relative_path}: shorter than .metadata says")
+    return meta
+
+
+def find_checkpoint(ckpt_root):
+    """(newest whole checkpoint folder, its meta, ["step_N (what is damaged)" for newer ones skipped]);
+    (None, None, skipped) when there is none."""
+    return find_checkpoint_among(step_folders(ckpt_root))
+
+
+def find_checkpoint_among(folders):
+    """find_checkpoint over a list of step folders, newest first."""
+    skipped = []
+    for path in folders:
+        try:
+            return path, checkpoint_meta(path), skipped
+        except ValueError as e:
+            skipped.append(f"{path.name} ({e})")
+    return None, None, skipped
+
+
+def load_checkpoint(model, opt, path, meta):
+    """Restore model, optimizer and RNG from a folder find_checkpoint chose; the step to continue from."""
+    check_crcs(path, meta)
+    msd, osd = get_state_dict(model, opt)
+    state = {"model": msd, "optim": osd}
+    dcp.load(state, checkpoint_id=str(path), process_group=IO_GROUP)
+    set_state_dict(model, opt, model_state_dict=state["model"], optim_state_dict=state["optim"])
+    torch.set_rng_state(torch.tensor(meta["rng"], dtype=torch.uint8))
+    return meta["step"]
+
+
+def resume_from(model, opt, ckpt, meta):
+    """Load the checkpoint check_run chose. One that passes checkpoint_meta may still fail to load
+    (bytes damaged inside a shard, its size unchanged: a checksum differs, or DCP cannot read it):
+    then, on every rank alike, warn and take the next older whole one. A partial load is harmless:
+    the next one overwrites every tensor. Refuses when none loads. Returns the step to continue from."""
+    while True:
+        try:
+            step, err = load_checkpoint(model, opt, ckpt, meta), None
+        except (Exception, CheckpointException) as e:    # many kinds, by where the damage is; DCP's
+            # own CheckpointException is a BaseException
+            step, err = None, f"{type(e).__name__}: {str(e)[:120]}"
+        errors = [None] * dist.get_world_size()
+        dist.all_gather_object(errors, err, group=IO_GROUP)
+        errors = [e for e in errors if e]
+        if not errors:
+            return step
+        older = [p for p in step_folders(ckpt.parent) if int(p.name[5:]) < int(ckpt.name[5:])]
+        failed, (ckpt, meta, _) = ckpt, find_checkpoint_among(older)
+        if dist.get_rank() == 0:
+            print(f"warning: {failed.name} could not be loaded ({errors[0]}); "
+                  + (f"resuming from {ckpt.name}" if ckpt else "no older checkpoint"), flush=True)
+        if ckpt is None:
+            dist.destroy_process_group()
+            refuse(f"--resume: no checkpoint in {failed.parent} could be loaded; move the damaged ones away")
+
+
+def check_safetensors(path):
+    """ValueError unless a .safetensors file is as long as its header says (a cut file fails this
+    without reading a tensor): 8 bytes of header length, the JSON header, then the tensors' bytes."""
+    try:
+        with open(path, "rb") as f:
+            n = int.from_bytes(f.read(8), "little")
+            header = json.loads(f.read(n))
+        end = max((v["data_offsets"][1] for k, v in header.items() if k != "__metadata__"), default=0)
+    except (OSError, ValueError, KeyError, TypeError, IndexError):
+        raise ValueError(f"{path.name}: unreadable header") from None
+    check(path.stat().st_size == 8 + n + end, f"{path.name}: {path.stat().st_size} bytes, its header says {8 + n + end}")
+
+
+def conflict_message(folder, changed):
+    return (f"--resume: {folder} was trained with other settings: {', '.join(changed)}; resume with the old "
+            f"values or use another --out_dir (a resume may change only --{', --'.join(RESUME_MAY_CHANGE)})")
+
+
+# What a run saved before a flag existed did, where that differs from the flag's default.
+BEFORE_FLAG = {"maze_reward": "walk"}
+
+
+def resume_conflicts(saved, cfg):
+    """The flags of `cfg` that differ from the `saved` config (a checkpoint's) and may not change on
+    resume, as "--name now (was before)". A field the saved config lacks (added since) is compared
+    with BEFORE_FLAG's value if it has one, else not at all."""
+    now, saved = asdict(cfg), {**BEFORE_FLAG, **saved}
+    return [f"--{k} {now[k]} (was {v})" for k, v in saved.items()
+            if k in now and k not in RESUME_MAY_CHANGE and now[k] != v]
+
+
+# -----------------------------------------------------------------------------
+# Exports: Hugging Face model folders that from_pretrained and evaluate.py load as they are. final at
+# the end; epoch_E at the end of every epoch of the math data and step_NNNNNN every --export_every
+# steps, for checkpoint selection (App. L.4; evaluate.py --models, select_checkpoint).
+
+def export_names(cfg, done, num_prompts):
+    """The exports due once `done` steps are finished. Step s trains on the global prompt indices
+    s * P ... (s + 1) * P - 1 (P = --prompts_per_step, prompt_indices), and index i is problem
+    i mod num_prompts of epoch i // num_prompts (reward.make_task shuffles each epoch). So epoch E ends
+    in the step that reaches index E * num_prompts - 1, and epoch_E is exported after it; when P does
+    not divide num_prompts that step also trained on the first prompts of epoch E + 1. The maze draws a
+    new maze for every index (num_prompts None): no epochs there, only --export_every."""
+    names = []
+    P = cfg.prompts_per_step
+    if num_prompts and done * P // num_prompts > (done - 1) * P // num_prompts:
+        names.append(f"epoch_{done * P // num_prompts}")       # at most one a step: num_prompts >= P
+    if cfg.export_every and done % cfg.export_every == 0:
+        names.append(f"step_{done:06d}")
+    return names
+
+
+def due_exports(cfg, done, num_prompts, out):
+    """export_names less those already in out_dir. Those are from this run: a fresh run refuses an
+    out_dir with exports, and a resumed one redoes steps after its checkpoint, whose exports a killed
+    try may have written already (with the same settings, check_run). Rank 0 decides for everyone,
+    since every rank must join export's gather or none."""
+    names = export_names(cfg, done, num_prompts)
+    if names:
+        decided = [[n for n in names if not (out / n).exists()]]
+        dist.broadcast_object_list(decided, src=0)
+        names = decided[0]
+    return names
+
+
+def export_folders(out):
+    """The epoch_E and step_NNNNNN folders in out_dir (TRAIN_OUTPUTS' patterns), by name."""
+    return sorted(p for p in Path(out).glob("*_*") if re.fullmatch(r"epoch_\d+|step_\d{6,}", p.name) and p.is_dir())
+
+
+def progress(cfg, done, num_prompts):
+    """progress.json of an export: how far training had got. Checkpoint selection compares compute as
+    rollouts sampled (evaluate.select_checkpoint); epochs is None for the maze."""
+    prompts = done * cfg.prompts_per_step
+    return {"step": done, "prompts": prompts, "rollouts": prompts * cfg.group_size,
+            "epochs": prompts / num_prompts if num_prompts else None, "num_prompts": num_prompts,
+            "config": asdict(cfg), "git": git_sha()}
+
+
+def export(model, tokenizer, out_dir, names, cfg, info):
+    """Write out_dir/NAME for each of `names`: model.safetensors, config, tokenizer and progress.json
+    (`info`). Every rank joins one gather of the full state dict (FSDP2 needs them all; cpu_offload
+    keeps the result on rank 0 only); rank 0 writes each folder atomically (common.atomic_dir) while
+    the others wait at the barrier."""
+    sd = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    if dist.get_rank() == 0:
+        def write(tmp):
+            atomic_write_json(Path(tmp) / "progress.json", info)    # first: a source's own is not copied over it
+            # A copy: save_pretrained empties the dict it is given, and a second folder then got no
+            # weights at all (transformers 5.19), so each write also checks that they are there.
+            model.save_pretrained(tmp, state_dict=dict(sd))
+            check(any(Path(tmp).glob("*.safetensors")), "export: save_pretrained wrote no weights")
+            if Path(cfg.model).is_dir():    # keep the source's tokenizer files (and a maze's sft.json) as is
+                for f in Path(cfg.model).iterdir():     # not its hidden files: our marker, temp leftovers
+                    if (f.is_file() and not f.name.startswith(".") and not (Path(tmp) / f.name).exists()
+                            and f.suffix not in (".safetensors", ".bin")):
+                        shutil.copy(f, tmp)
+            else:
+                tokenizer.save_pretrained(tmp)
+        for name in names:
+            atomic_dir(Path(out_dir) / name, write)
+    io_barrier()
+
+
+def git_sha():
+    try:
+        return subprocess.check_output(["git", "rev-parse", "HEAD"], cwd=Path(__file__).parent,
+                                       stderr=subprocess.DEVNULL, text=True).strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
