@@ -1,6 +1,6 @@
 """
 Single-solution maze: Prim generator, 32-token vocabulary, strict and walk rewards, the SFT warm-start policy
-(F-GRPO Sec. 5.2 / App. K; PAPER.md §6). Library for train.py / evaluate.py, and an entry point.
+(F-GRPO Sec. 5.2 / App. K). Library for train.py / evaluate.py, and an entry point.
 
     python maze.py                                   # CPU default: 9x9 mazes, 900 SFT steps, ~10 min
     python maze.py --size 17 --steps 1500            # paper scale (17x17, 1,500 steps; a GPU is advised)
@@ -12,7 +12,7 @@ directory (out/maze_sft: config, safetensors, tokenizer, generation config, sft.
 AutoModelForCausalLM / AutoTokenizer / vLLM load as is, reloads it, and reports pass@1 on 256
 held-out mazes (4 samples each, temperature 1.0) under both reward rules.
 
-Decisions the paper leaves open (PAPER §10 rows 19-22) and what we chose:
+Decisions the paper leaves open and what we chose:
 1) Mazes come from our seeded Prim generator, made on the fly, never stored (the published 1M set is
    not used). Start and goal are two distinct room cells drawn uniformly; MaxRL's rule is unknown.
    The shortest-path-length distribution, which sets difficulty, is printed and saved.
@@ -23,8 +23,8 @@ Decisions the paper leaves open (PAPER §10 rows 19-22) and what we chose:
    space of about 2e7.
 3) Reward (--maze_reward, here and in train.py / evaluate.py): strict by default, 1 only for the
    exact shortest path then DONE <eos>, the paper's "exactly one correct action sequence". MaxRL's
-   judge_maze walk rule (PAPER §6.2, §10 row 19) is the other choice and is always reported beside
-   it: it accepts detours, and RL on it learned them (README, "Maze RL on CPU"). Under both rules
+   judge_maze walk rule (from MaxRL's public maze code) is the other choice and is always reported beside
+   it: it accepts detours, and RL on it learned them (RESULTS.md, "Maze RL on CPU"). Under both rules
    an answer without <eos> (truncated) scores 0, so never ending cannot pay.
 4) SFT: lr 5e-4 on a cosine schedule that reaches 0 at --steps. MaxRL's cosine spans 10 epochs, so it
    is flat over 1,500 steps; we decay because our CPU run is short. fp32 (the paper trains in bf16).
@@ -59,7 +59,7 @@ from common import (Task, atomic_dir, atomic_write_json, check, check_device, ch
                     parse_config)
 
 # -----------------------------------------------------------------------------
-# Mazes: a (2k+1) x (2k+1) grid, border walls, "rooms" at odd coordinates (PAPER §6.2)
+# Mazes: a (2k+1) x (2k+1) grid, border walls, "rooms" at odd coordinates (as MaxRL's public maze code)
 
 MOVES = {"UP": (-1, 0), "DOWN": (1, 0), "LEFT": (0, -1), "RIGHT": (0, 1)}
 HELDOUT_SEED0 = 1_000_000_000    # training seeds are [0, HELDOUT_SEED0); held-out seeds start here
@@ -172,9 +172,9 @@ def maze_reward(grid, completion, rule="strict"):
     cut by the length limit is wrong, so no policy gains by never ending (one F-GRPO run on the
     walk rule learned to repeat DONE and moves until truncated). Words after <eos> do not exist
     in a rollout (generation stops there) and are ignored in text.
-    strict (PAPER §6: "exactly one correct action sequence"): the words before <eos> are exactly
+    strict (Sec. 5.2: "exactly one correct action sequence"): the words before <eos> are exactly
         the shortest path and DONE; nothing may follow DONE.
-    walk (MaxRL judge_maze, PAPER §6.2): cut at the first DONE (none -> 0); every word before it
+    walk (MaxRL's judge_maze): cut at the first DONE (none -> 0); every word before it
         must be a move; walk from S: off the grid or into a wall -> 0, reaching G -> 1 at once even
         if more moves follow; otherwise 0. Words between DONE and <eos> are ignored, as MaxRL
         ignores them. It accepts detours into a dead end and back, so the task is no longer
@@ -229,7 +229,8 @@ def render(grid, path=None):
 
 
 # -----------------------------------------------------------------------------
-# Vocabulary and formats (PAPER §6.2): 32 word-level tokens, split on whitespace
+# Vocabulary and formats (from MaxRL's public code, whose setup the paper follows, App. K): 32 word-level
+# tokens, split on whitespace
 
 VOCAB = ["<pad>", "<bos>", "<eos>", "<unk>", "GRID_START", "GRID_END", "PATH_START", "DONE", "PATH",
          "WALL", "GOAL", "START", "NEWLINE", "UP", "DOWN", "LEFT", "RIGHT", "\n"]
@@ -285,7 +286,7 @@ def max_new_tokens_for(size):
 
 
 # -----------------------------------------------------------------------------
-# Policy (PAPER §6.2): Qwen2, 4 layers, 3.9M parameters
+# Policy (App. K: about 3M parameters; the shape is MaxRL's): Qwen2, 4 layers, 3.9M parameters
 
 
 def model_config():
@@ -335,7 +336,7 @@ def sft_batch(tokenizer, grids):
 
 
 def sft(model, tokenizer, cfg, device="cpu"):
-    """cfg.steps AdamW steps on fresh training mazes; returns the per-step loss (PAPER §6.2)."""
+    """cfg.steps AdamW steps on fresh training mazes; returns the per-step loss (App. K)."""
     # Weight decay reaches every parameter, norms included; the paper does not say what it exempts.
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.95), weight_decay=0.01)
     sched = torch.optim.lr_scheduler.LambdaLR(                 # cosine lr multiplier, 1 -> 0
@@ -367,7 +368,7 @@ def evaluate_mazes(engine, tokenizer, grids, n, seed, max_new_tokens=None, tempe
     samples correct under each reward rule (pass@1 = sum(c) / (n * len(grids))) and the samples
     stopped for length, and the first sample of each maze decoded.
     A maze's samples are seeded by (seed, the maze itself) alone, so they are the same whatever
-    batch, order or rank the maze lands in (STYLE.md §7; train.py splits the mazes over ranks, and
+    batch, order or rank the maze lands in (a sample depends only on its seed; train.py splits the mazes over ranks, and
     a rank may get none).
     """
     res = {**{key: [0] * len(grids) for key in (*RULES, "truncated")}, "first": [None] * len(grids)}
@@ -426,7 +427,7 @@ def length_histogram(grids):
 class Config:
     size: int = 9                 # grid side, odd, 7..17; 17 = the paper's mazes
     steps: int = 900              # SFT steps; 1,500 at paper scale
-    batch_size: int = 32          # mazes per step (PAPER §6.2)
+    batch_size: int = 32          # mazes per step (App. K)
     lr: float = 5e-4              # peak lr of the cosine schedule
     out_dir: str = "out/maze_sft"   # absent, or a checkpoint of ours, which is replaced; anything else is refused
     eval_mazes: int = 256         # held-out mazes (the paper's count); 0 skips the evaluation

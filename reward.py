@@ -1,7 +1,7 @@
 """
 Verifiable rewards and the data behind them: math answers checked by math-verify (training and
-evaluation share is_correct), the DeepScaleR loader with the paper's filter; chat prompts per model family (PAPER §7, §8,
-Table 9). GPQA's and IFEval's scoring live in ood.py.
+evaluation share is_correct), the DeepScaleR loader with the paper's filter; chat prompts per model family
+(Sec. 5.3, App. L, Table 9). GPQA's and IFEval's scoring live in ood.py.
 
     python -c "import reward; print(reward.is_correct('so \\\\boxed{\\\\dfrac34}', '0.75'))"   # True
     python -m pytest -q tests/test_reward.py
@@ -12,7 +12,7 @@ batch Scorer (and score_batch, one per process, for train.py) runs the same judg
 pool behind a (gold, answer) cache. Also here: load_jsonl, load_train_rows, filter_math_train,
 load_training_problems; format_prompt, stop_token_ids, load_tokenizer.
 
-Choices (PAPER §10 rows 9, 10, 13; IMPLEMENTATION_NOTES §4):
+Choices where the paper is silent, and what we chose:
 1) Extraction. The answer region is the text after the last </think>; a <think> that never closes
    (reasoning cut off by the length limit) has no answer. In that region only the LAST \\boxed{} or
    \\fbox{} counts (nested braces fine): an empty, unclosed or unparseable last box is wrong even if
@@ -38,7 +38,7 @@ Choices (PAPER §10 rows 9, 10, 13; IMPLEMENTATION_NOTES §4):
 4) Training data: malformed rows stop the load with file:line; duplicated problems (whitespace-
    normalised) keep one copy when their answers agree and lose every copy when not; gold answers with
    no mathematical parse are dropped (counted); formatted prompts over 1,024 tokens are dropped.
-5) Prompts: each family's chat template with PAPER Table 9's system prompt; Qwen3 thinking on for
+5) Prompts: each family's chat template with Table 9's system prompt; Qwen3 thinking on for
    math/GPQA, off for IFEval; Llama's date line fixed to the template's default "26 Jul 2024" so that
    prompts do not change with the calendar. Stop tokens are explicit per family (FAMILIES).
 """
@@ -61,7 +61,7 @@ ANSWER_TAIL_CHARS = 2000     # with no box, only the region's last 2,000 charact
 MATH_SYSTEM = "Please reason step by step, and put your final answer within \\boxed{}."
 HELPFUL_SYSTEM = "You are a helpful assistant."
 LLAMA_DATE = "26 Jul 2024"
-# Stop tokens and max response length (PAPER §7, §8) per family. Base-model configs name
+# Stop tokens and max response length (App. L) per family. Base-model configs name
 # <|endoftext|> as eos while chat templates end turns with <|im_end|>, so both stop Qwen.
 FAMILIES = {
     "qwen2.5": dict(stop=("<|im_end|>", "<|endoftext|>"), max_new_tokens=8192),
@@ -469,7 +469,8 @@ def make_task(tokenizer, source, family, max_prompt_len, max_response_len, seed)
 
 
 def filter_math_train(rows, tokenizer, family, max_prompt_tokens=1024, log=print):
-    """The paper's filter (PAPER §7, §10 row 10) -> (kept rows, report of counts).
+    """The paper's filter (Sec. 5.3: no prompt over 1,024 tokens, no duplicate whose answers disagree)
+    -> (kept rows, report of counts).
 
     Duplicated problems: one copy survives when every copy has the same answer, none when they differ.
     Then gold answers with no mathematical parse are dropped (they could only ever score 0), then
@@ -495,7 +496,7 @@ def filter_math_train(rows, tokenizer, family, max_prompt_tokens=1024, log=print
 
 
 # -----------------------------------------------------------------------------
-# Prompts and tokenizers per model family (choice 5; PAPER Table 9)
+# Prompts and tokenizers per model family (choice 5; Table 9)
 
 # The Llama 3.2 Instruct template (no tools): the date header is always there, the system text follows.
 LLAMA32_TEMPLATE = (
@@ -522,7 +523,7 @@ def model_family(name):
 
 
 def chat_messages(problem, family, task="math"):
-    """(messages, enable_thinking) per PAPER Table 9. task: math | gpqa | ifeval | synlogic."""
+    """(messages, enable_thinking) per Table 9. task: math | gpqa | ifeval | synlogic."""
     if task in ("math", "gpqa"):
         system, thinking = MATH_SYSTEM, True
     elif family == "qwen2.5":

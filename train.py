@@ -33,14 +33,14 @@ start a (one-member) process group, so 1 CPU process and 8 GPUs share every line
 Defaults are Table 5 (Qwen2.5-7B, N = 8, 256 prompts a step, mini-batches of 64 prompts,
 lr 1e-6 after 15 warm-up steps, AdamW (0.9, 0.999) wd 0.01, grad clip 1.0, T = 1, no KL, token-mean).
 
-Deviations and choices where the paper is silent:
+Deviations from the paper that live here, numbered as in the README's list:
 1) Eq. 3 uses the unbiased std and eps = 1e-6; a dual clip c = 3 and a +-20 log-ratio clamp apply
    (verl defaults). Groups with X in {0, N} stay in the batch with A = 0 and count in the token mean.
-2) The rollout engine is ours (TorchEngine) or vLLM, not sglang; sampling is T = 1, top-p 1, no top-k.
-3) Warm-up is linear from lr/15 (not from 0, which would waste step 0) and steps once per RL step.
-4) Old log-probs are recomputed by the trainer; with one mini-batch per step the update is exactly
+2) "dapo" is GRPO + clip-higher (0.2/0.28) + token-mean: no dynamic sampling, no overlong shaping.
+3) The rollout engine is ours (TorchEngine) or vLLM, not sglang; sampling is T = 1, top-p 1, no top-k.
+4) Warm-up is linear from lr/15 (not from 0, which would waste step 0) and steps once per RL step.
+5) Old log-probs are recomputed by the trainer; with one mini-batch per step the update is exactly
    on-policy, so we reuse the first forward pass (ratio == 1) instead of a second one.
-5) "dapo" is GRPO + clip-higher (0.2/0.28) + token-mean: no dynamic sampling, no overlong shaping.
 """
 import dataclasses
 import gc
@@ -388,7 +388,7 @@ def rl_step(cfg, step, task, model, ref_model, engine, opt, *, pad, device, rank
                                  else update_stats.get(key, 0.0) + v / num_minibatches)
     model.eval()
     if on_policy:
-        old_logp = first_logp             # the first forward IS pi_old (deviation 4)
+        old_logp = first_logp             # the first forward IS pi_old (deviation 5)
     watch.lap("train")
 
     # 6) weight sync, so the next rollouts come from the updated policy
@@ -506,7 +506,7 @@ def update_minibatch(model, ref_model, prompts, completions, A, old_logp, *, on_
 
     prompts, completions: token-id lists, one per sequence, N consecutive ones per group; A: (S,)
     advantages; old_logp: per-sequence log-probs under pi_old, or None when on_policy: then the first
-    forward IS pi_old (deviation 4) and the ratio is exactly 1. max_len: the response budget, for
+    forward IS pi_old (deviation 5) and the ratio is exactly 1. max_len: the response budget, for
     --loss_agg seq-mean-token-sum-norm (default --max_response_len). Returns (metrics summed over
     ranks, logp of each completion before this update as 1-D CPU tensors, None for a skipped one).
     The loss of every micro-batch is divided by the GLOBAL counts of the mini-batch (tokens, or

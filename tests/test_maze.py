@@ -18,7 +18,7 @@ import rollout
 from maze import (MOVES, Config, build_model, build_tokenizer, completion_text, evaluate_mazes, find,
                   heldout_mazes, is_heldout, make_maze, maze_reward, prompt_text, render, solve, train_mazes)
 
-# The 7x7 example of PAPER.md §6.2: a spanning tree whose shortest path is RIGHT x4, DOWN x4.
+# A 7x7 example in MaxRL's format (App. K): a spanning tree whose shortest path is RIGHT x4, DOWN x4.
 PAPER_GRID = ["#######",
               "#S....#",
               "###.#.#",
@@ -28,7 +28,7 @@ PAPER_GRID = ["#######",
               "#######"]
 SHORTEST = ["RIGHT"] * 4 + ["DOWN"] * 4
 
-# PAPER.md §6.2, the vocabulary table, written out independently of maze.VOCAB.
+# MaxRL's vocabulary table, written out independently of maze.VOCAB.
 PAPER_IDS = {"<pad>": 0, "<bos>": 1, "<eos>": 2, "<unk>": 3, "GRID_START": 4, "GRID_END": 5,
              "PATH_START": 6, "DONE": 7, "PATH": 8, "WALL": 9, "GOAL": 10, "START": 11, "NEWLINE": 12,
              "UP": 13, "DOWN": 14, "LEFT": 15, "RIGHT": 16, "\n": 17,

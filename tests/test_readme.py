@@ -151,7 +151,37 @@ def test_every_relative_link_resolves():
     assert not bad, "\n".join(bad)
 
 
-def test_the_docs_cite_the_paper_not_files_that_do_not_ship():
-    for d in DOCS:
-        for word in ("PAPER.md", "PAPER §", "IMPLEMENTATION_NOTES", "STYLE.md", "../shared/PAPER"):
-            assert word not in doc(d), f"{d} cites {word}: cite the paper (Sec., Eq., Table, Appendix) instead"
+UNSHIPPED = ("PAPER.md", "PAPER §", "PAPER App", "PAPER Table", "IMPLEMENTATION_NOTES", "STYLE.md", "../shared/PAPER")
+
+
+def test_the_docs_and_the_code_cite_the_paper_not_files_that_do_not_ship():
+    """A user who clones the repository must be able to follow every reference: the paper's own
+    sections, equations, tables and appendices, or files that ship."""
+    files = [*DOCS, *(str(p.relative_to(ROOT)) for p in sorted(ROOT.glob("**/*.py")) + sorted(ROOT.glob("assignments/**/*.md"))
+                      if not {".venv", ".venv-ci", "out", "runs"} & set(p.relative_to(ROOT).parts))]
+    bad = [f"{f}: cites {w!r}" for f in files if f != "tests/test_readme.py" for w in UNSHIPPED if w in doc(f)]
+    assert not bad, "cite the paper (Sec., Eq., Table, Appendix) or a shipped file instead:\n" + "\n".join(bad)
+
+
+def numbered_items(text):
+    """{n: text} of a numbered list: README's "1. **...**" items or a docstring's "1) ..." items."""
+    items = re.split(r"\n(?=\d+[.)] )", "\n" + text)
+    return {int(m.group(1)): m.group(2) for m in (re.match(r"(\d+)[.)] (.*)", i, re.S) for i in items) if m}
+
+
+def test_numbered_deviations_agree_everywhere():
+    """The README numbers the deviations; train.py's docstring lists those it implements, by the same
+    numbers (each item shares the most words with the README's item of its number), and every
+    "deviation N" in the code and docs names an item that exists."""
+    section = re.search(r"## Deviations from the paper\n(.*?)\n## ", README, re.S).group(1)
+    readme = numbered_items(section)
+    assert sorted(readme) == list(range(1, len(readme) + 1)) and len(readme) >= 5
+    doc_train = ast.get_docstring(ast.parse(doc("train.py")))
+    listed = numbered_items(doc_train.split("numbered as in the README's list:")[1])
+    words = lambda t: {w.lower() for w in re.findall(r"[A-Za-z]{4,}", t)}              # noqa: E731
+    for n, text in listed.items():
+        best = max(readme, key=lambda k: len(words(text) & words(readme[k])))
+        assert best == n, f"train.py's deviation {n} reads like the README's {best}: {text[:60]!r}"
+    for f in [*DOCS, "train.py", "checkpoint.py", "advantage.py", "rollout.py"]:
+        for m in re.finditer(r"[Dd]eviation (\d+)", doc(f)):
+            assert int(m.group(1)) in readme, f"{f}: deviation {m.group(1)} is not in the README's list"

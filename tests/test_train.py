@@ -317,7 +317,7 @@ def test_resume_refuses_another_experiment(tiny_run, tmp_path):
 
 
 # -----------------------------------------------------------------------------
-# Per-epoch exports and checkpoint selection (PAPER App. L.4)
+# Per-epoch exports and checkpoint selection (App. L.4)
 
 def test_math_exports_each_epoch_for_evaluate_py_and_a_resume_keeps_them(data, tmp_path):
     """8 problems, 3 prompts a step: epoch 1 ends in step 3 (prompts 7-9), epoch 2 in step 6, and
