@@ -131,8 +131,9 @@ def folder_problems(cfg, out, ckpt, meta):
         except (OSError, ValueError, KeyError, TypeError) as e:
             problems.append(f"--out_dir {out}: {folder.name} is not a whole export of ours ({e}); move it away")
             continue
-        if resume_conflicts(saved, cfg):
-            problems.append(conflict_message(folder, resume_conflicts(saved, cfg)))
+        changed = resume_conflicts(saved, cfg)
+        if changed:
+            problems.append(conflict_message(folder, changed))
     return problems
 
 

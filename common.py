@@ -213,9 +213,12 @@ def written_by(script):
     return f"{MARK} {script}"
 
 
+TABLE_MARK = "<!-- written by "       # the first line of a table we write begins so (table_mark)
+
+
 def table_mark(script):
     """The first line of a markdown table we write: an HTML comment, invisible when rendered."""
-    return f"<!-- written by {written_by(script)}; rerunning it replaces this file -->\n"
+    return f"{TABLE_MARK}{written_by(script)}; rerunning it replaces this file -->\n"
 
 
 def file_mark(path):
@@ -229,7 +232,7 @@ def file_mark(path):
         if p.suffix == ".md":
             with open(p) as f:
                 first = f.readline()
-            return first[len("<!-- written by "):].split(";")[0] if first.startswith("<!-- written by ") else None
+            return first[len(TABLE_MARK):].split(";")[0] if first.startswith(TABLE_MARK) else None
         if p.suffix == ".png":
             from PIL import Image                       # matplotlib's own dependency
             with Image.open(p) as im:

@@ -297,6 +297,13 @@ def load_model(cfg, weights=True):
     return (model.to(cfg.device).eval() if model is not None else None), tok, family
 
 
+def open_engine(cfg, model, tok):
+    """The engine --engine names for cfg.model: the torch engine runs `model`, vLLM loads the folder."""
+    import rollout
+    return rollout.make_engine(cfg.engine, cfg.model, pad_token_id=reward.pad_id(tok), device=cfg.device,
+                               dtype=model_dtype(cfg), model=model)
+
+
 def sample(cfg, engine, tok, family, texts, seeds, n):
     """Generate n completions per prompt text, prompts_per_call prompts at a time (tqdm).
     Yields (first prompt index of the call, Rollouts, decoded completions)."""
@@ -370,13 +377,11 @@ def run_eval(cfg, data=None, engine=None):
     """Evaluate cfg.model on the benchmarks (`data`: load_benchmarks' output, read here if None).
     With `engine` (run_eval_many's, already holding cfg.model's weights) no engine is built here, and
     it stays open for the next checkpoint."""
-    import rollout
     data = data if data is not None else load_benchmarks(cfg)
     own = engine is None
     model, tok, family = load_model(cfg, weights=own and cfg.engine == "torch")
     if own:
-        engine = rollout.make_engine(cfg.engine, cfg.model, pad_token_id=reward.pad_id(tok), device=cfg.device,
-                                     dtype=model_dtype(cfg), model=model)
+        engine = open_engine(cfg, model, tok)
     result = {"config": asdict(cfg), "family": family, "checkpoint": training_progress(cfg.model),
               "benchmarks": {}, "pending": list(cfg.benchmarks)}
     with reward.Scorer(workers=cfg.workers) as scorer:
@@ -413,8 +418,7 @@ def run_eval_many(cfg):
             # checkpoint's weights into a running engine is faster than starting another.
             if engine is None:
                 model, tok, _ = load_model(run, weights=run.engine == "torch")
-                engine = rollout.make_engine(run.engine, run.model, pad_token_id=reward.pad_id(tok),
-                                             device=run.device, dtype=model_dtype(run), model=model)
+                engine = open_engine(run, model, tok)
             else:
                 rollout.load_checkpoint_weights(engine, run.model)
             run_eval(run, data, engine)
@@ -423,11 +427,11 @@ def run_eval_many(cfg):
                   "skipped", file=sys.stderr)
             continue
         done.append(run.out)
+    if engine is not None:
+        engine.close()
     if not set(cfg.benchmarks) & set(MATH):
         print("no math benchmark asked for: no selection (App. L.4 selects by math pass@1)")
         return None
-    if engine is not None:
-        engine.close()
     check(done, "--models: no checkpoint could be evaluated")
     return write_selection(cfg, done, folder / "selection.json")
 
@@ -723,14 +727,12 @@ def nll(model, tok, prompts, completions, batch_size=8):
 def run_rare_select(cfg):
     """Sample rare_samples rollouts for rare_prompts training prompts from the base model, keep the
     correct ones, and save the top rare_frac by base NLL: the rare-correct set (paper: 1,263)."""
-    import rollout
     model, tok, family = load_model(cfg)
     rows = reward.load_train_rows(cfg.data or str(data_dir() / "train" / "deepscaler_partial.jsonl"))
     rows = random.Random(cfg.seed).sample(rows, min(cfg.rare_prompts, len(rows)))
     texts = [reward.format_prompt(tok, r["problem"], family) for r in rows]
     seeds = [zlib.crc32(f"{cfg.seed}:rare:{i}".encode()) for i in range(len(rows))]
-    engine = rollout.make_engine(cfg.engine, cfg.model, pad_token_id=reward.pad_id(tok), device=cfg.device,
-                                 dtype=model_dtype(cfg), model=model)
+    engine = open_engine(cfg, model, tok)
     prompts, completions = [], []
     with reward.Scorer(workers=cfg.workers) as scorer:
         for s, out, decoded in sample(cfg, engine, tok, family, texts, seeds, cfg.rare_samples):
