@@ -1,0 +1,118 @@
+"""
+Table 4 at convergence: train one maze arm until it has converged by a rule fixed before any run
+was looked at (RULE below, the same for every arm), evaluate it, and copy its small outputs into
+the results folder that bench/maze_report.py rebuilds the tables and figures from.
+
+    python maze.py --size 7 --steps 600 --lr 1e-3 --out_dir out/maze7_sft         # the warm start
+    python bench/maze_converge.py --gamma 0.5 --seed 0                             # one arm, N = 8
+    python bench/maze_report.py --runs "results/maze7/runs/*" --evals results/maze7/evals \\
+        --sft results/maze7/evals/sft.json --sft_again results/maze7/evals/sft_seed1.json \\
+        --table results/maze7/table.md --figure figures/maze7_curves.png
+
+The run is train.py in chunks of --chunk steps (`--steps s --resume true`: the lr is constant and every
+sample is seeded by (seed, step, prompt), so the chunks train exactly the steps of one long run).
+After each chunk from --min_steps on, RULE reads the held-out evaluations train.py logged
+(--eval_mazes mazes x --eval_samples samples every --eval_every steps) and the run stops at the
+first s where it holds, or at --max_steps. Then evaluate.py scores out_dir/final on 256 held-out
+mazes x --n samples, and run.json, metrics.jsonl and that result are copied to --results (never a
+checkpoint). Rerunning the same command continues where a killed one stopped.
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from common import check, check_min, parse_config  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+RULE = ("converged at step s: the mean held-out pass@1 over the evaluations in (3s/4, s] is within "
+        "1 point of the mean over (s/2, 3s/4], or pass@64 - pass@1 < 2 points at the last two evaluations")
+
+
+@dataclass
+class Config:
+    gamma: float = 0.0
+    seed: int = 0
+    group_size: int = 8
+    model: str = "out/maze7_sft"          # maze.py's warm start
+    out: str = "out/maze7"                # train.py's run folders (checkpoints stay here)
+    results: str = "results/maze7"        # runs/NAME/{run.json,metrics.jsonl} and evals/NAME.json, committed
+    chunk: int = 500                      # steps between checks of RULE
+    min_steps: int = 1000                 # the first check
+    max_steps: int = 4000                 # the cap: a run not converged by then is reported as such
+    eval_every: int = 100
+    eval_mazes: int = 128
+    eval_samples: int = 64
+    n: int = 128                          # the final evaluation's samples per maze (256 mazes)
+    threads: int = 1
+
+    def __post_init__(self):
+        check_min(self, 1, "chunk", "min_steps", "max_steps", "eval_every", "eval_mazes", "n", "threads", "group_size")
+        check_min(self, 0, "gamma", "seed")
+        check(self.eval_samples >= 64, f"--eval_samples {self.eval_samples}: RULE reads pass@64, so at least 64")
+        check(self.chunk % self.eval_every == 0 and self.min_steps % self.chunk == 0
+              and self.max_steps % self.chunk == 0, "--chunk must be a multiple of --eval_every, and --min_steps "
+              "and --max_steps multiples of --chunk (RULE is checked at evaluated steps)")
+        check(Path(self.model, "sft.json").is_file(), f"--model {self.model}: no sft.json (run maze.py first)")
+
+
+def converged(metrics, rule="strict"):
+    """RULE on train.py's metrics (rows with eval/RULE/pass@k), at the last evaluated step s."""
+    ev = [(m["step"], m[f"eval/{rule}/pass@1"], m[f"eval/{rule}/pass@64"]) for m in metrics
+          if f"eval/{rule}/pass@64" in m]
+    if len(ev) < 3:
+        return False
+    s = ev[-1][0]
+    late = [p1 for t, p1, _ in ev if 3 * s / 4 < t <= s]
+    mid = [p1 for t, p1, _ in ev if s / 2 < t <= 3 * s / 4]
+    plateau = bool(late and mid) and abs(sum(late) / len(late) - sum(mid) / len(mid)) < 0.01
+    collapsed = all(p64 - p1 < 0.02 for _, p1, p64 in ev[-2:])
+    return plateau or collapsed
+
+
+def read_metrics(run):
+    f = run / "metrics.jsonl"
+    return [json.loads(line) for line in f.read_text().splitlines() if line.strip()] if f.is_file() else []
+
+
+def main(cfg):
+    name = f"N{cfg.group_size}_g{cfg.gamma:g}_s{cfg.seed}"
+    run, results = Path(cfg.out) / name, Path(cfg.results)
+    train = [sys.executable, str(ROOT / "train.py"), "--task", "maze", "--model", cfg.model, "--device", "cpu",
+             "--threads", str(cfg.threads), "--lr", "1e-4", "--group_size", str(cfg.group_size),
+             "--prompts_per_step", "32", "--mini_batch_prompts", "32", "--warmup_steps", "0",
+             "--micro_batch_size", "64", "--share_prompts", "true", "--eval_every", str(cfg.eval_every),
+             "--eval_mazes", str(cfg.eval_mazes), "--eval_samples", str(cfg.eval_samples),
+             "--save_every", "100", "--sample_every", "0", "--gamma", str(cfg.gamma), "--seed", str(cfg.seed),
+             "--out_dir", str(run)]
+    print(f"{name}: {RULE}", flush=True)
+
+    def train_to(s):
+        subprocess.run(train + ["--steps", str(s), "--resume", str((run / "ckpt").is_dir()).lower()], check=True)
+
+    for s in range(cfg.chunk, cfg.max_steps + 1, cfg.chunk):
+        if max((m["step"] for m in read_metrics(run)), default=0) < s:
+            train_to(s)
+        if s >= cfg.min_steps and converged([m for m in read_metrics(run) if m["step"] <= s]):
+            print(f"{name}: converged at step {s}", flush=True)
+            break
+    else:
+        print(f"{name}: not converged by the cap, step {cfg.max_steps}", flush=True)
+    final = run / "final" / "progress.json"
+    if not final.is_file() or json.loads(final.read_text())["step"] != s:   # killed before its export
+        train_to(s)
+    (results / "runs" / name).mkdir(parents=True, exist_ok=True)
+    (results / "evals").mkdir(parents=True, exist_ok=True)
+    subprocess.run([sys.executable, str(ROOT / "evaluate.py"), "--model", str(run / "final"), "--benchmarks", "maze",
+                    "--n", str(cfg.n), "--out", str(results / "evals" / f"{name}.json")], check=True,
+                   env={**os.environ, "OMP_NUM_THREADS": str(cfg.threads)})
+    for f in ("run.json", "metrics.jsonl"):
+        shutil.copy(run / f, results / "runs" / name / f)
+
+
+if __name__ == "__main__":
+    main(parse_config(Config, doc=__doc__))
