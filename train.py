@@ -762,7 +762,26 @@ def batch_problems(cfg, world):
 
 def device_type(cfg):
     """"cuda" or "cpu": what --device auto means on this machine."""
-    return cfg.device if cfg.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
+    return cfg.device if cfg.device != "auto" else auto_device()
+
+
+def auto_device():
+    """--device auto: CUDA when this torch sees a GPU, else the CPU, but only for one process. Under
+    torchrun (WORLD_SIZE > 1) a node without usable CUDA (a CPU build of torch, or a driver older than
+    the CUDA build needs) would otherwise become an N-rank CPU run holding N copies of the model in
+    host RAM: refuse it in one line, before any work."""
+    if torch.cuda.is_available():
+        return "cuda"
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world > 1:
+        try:
+            driver = Path("/proc/driver/nvidia/version").read_text().splitlines()[0].strip()
+        except (OSError, IndexError):
+            driver = "no NVIDIA driver found"
+        refuse(f"--device auto: WORLD_SIZE {world} but no usable CUDA (torch {torch.__version__}, CUDA build "
+               f"{torch.version.cuda or 'none'}, torch.cuda.is_available() False, driver: {driver}); "
+               "pass --device cpu to force a CPU run")
+    return "cpu"
 
 
 # -----------------------------------------------------------------------------
@@ -776,7 +795,7 @@ def init_dist(device):
         os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1",
                           MASTER_PORT=str(port))
     if device == "auto":
-        device = "cuda" if torch.cuda.is_available() else "cpu"
+        device = auto_device()
     if device == "cuda":
         torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
         device = f"cuda:{os.environ['LOCAL_RANK']}"

@@ -282,6 +282,24 @@ def test_cuda_on_a_cpu_only_torch_is_refused_in_one_line(capsys, monkeypatch):
     assert e.value.code == 2 and err.startswith("error: --device cuda:") and len(err.strip().splitlines()) == 1
 
 
+def test_auto_under_torchrun_without_cuda_stops_instead_of_running_on_the_cpu(capsys, monkeypatch):
+    """A GPU node whose driver is too old for torch's CUDA build sees no CUDA: --device auto must not
+    turn `torchrun --nproc_per_node 8` into 8 CPU ranks. One process still falls back to the CPU."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(dist, "init_process_group", lambda *a, **k: pytest.fail("the process group was started"))
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "8")
+    with pytest.raises(SystemExit) as e:
+        train.init_dist("auto")
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and len(err.strip().splitlines()) == 1, err
+    assert "WORLD_SIZE 8" in err and "is_available() False" in err and "--device cpu" in err, err
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    assert train.auto_device() == "cpu"
+    assert train.device_type(SimpleNamespace(device="auto")) == "cpu"
+
+
 # -----------------------------------------------------------------------------
 # --plan true: the memory plan of the run's own flags, no weights, GPU or network
 
