@@ -382,14 +382,21 @@ class VLLMEngine:
     Log-probs are vLLM's "processed_logprobs": those of the distribution actually sampled from,
     after temperature, top-k and top-p, as TorchEngine returns them.
 
-    On GPU the engine sleeps (level 1) while the trainer updates: sleep() after the rollouts,
-    wake_up() brings back the weights only, and the KV cache returns when the sync ends. On CPU
-    vLLM has no sleep mode; sleep() and wake_up() do nothing.
+    On GPU the engine sleeps while the trainer updates: sleep() after the rollouts, wake_up() brings
+    back the weights only, and the KV cache returns when the sync ends. sleep_level 1 backs the
+    weights up to pinned host memory (torch rounds each block up to a power of two: ~2x the bf16
+    weights); level 2 discards them, which is right only when every parameter is rewritten after the
+    wake, as sync_weights does (vLLM 0.32 saves and restores the registered buffers, rotary tables
+    and attention scales, itself; test_vllm.py checks that nothing else holds weights). evaluate.py
+    never sleeps. On CPU vLLM has no sleep mode; sleep() and wake_up() do nothing.
+    enforce_eager: None = eager on CPU, torch.compile and CUDA graphs on GPU; True = eager (the escape
+    hatch when compilation or graph capture fails; VLLM_USE_V2_MODEL_RUNNER=0 is the one for Model
+    Runner V2, which vLLM 0.32 takes on CUDA whenever Triton is installed). describe() says which ran.
     """
 
     def __init__(self, model_path, *, dtype=torch.bfloat16, max_model_len=None, seed=0,
                  max_num_seqs=256, gpu_memory_utilization=0.5, cpu_kv_cache_bytes=1 << 30,
-                 enforce_eager=None):
+                 enforce_eager=None, sleep_level=1, **engine_args):
         # The engine core runs in this process (no ZMQ, no pickling), so load_weights hands vLLM
         # the trainer's tensors by reference. Under torchrun, vLLM's "external_launcher" joins
         # the process group train.py made, and every rank drives its own engine.
@@ -418,6 +425,9 @@ class VLLMEngine:
                           max_num_batched_tokens=max(context, 8192))
         else:
             memory = dict(gpu_memory_utilization=gpu_memory_utilization, enable_sleep_mode=True)
+        if sleep_level not in (1, 2):
+            raise ValueError(f"sleep_level {sleep_level}: expected 1 or 2")
+        self.sleep_level = sleep_level
         if torch.distributed.is_initialized():
             memory["distributed_executor_backend"] = "external_launcher"
         with _process_state_kept():
@@ -425,7 +435,7 @@ class VLLMEngine:
                            max_model_len=context,
                            logprobs_mode="processed_logprobs", generation_config="vllm",
                            enforce_eager=self.on_cpu if enforce_eager is None else enforce_eager,
-                           **memory)
+                           **memory, **engine_args)
         self.dtype = getattr(torch, dtype) if isinstance(dtype, str) else dtype   # sync_weights casts to it
         self.asleep = set()           # the parts of the engine that sleep() released
         self.updating = False         # between the first load_weights and reset_prefix_cache
@@ -467,9 +477,19 @@ class VLLMEngine:
         self._ready()
         self.llm.reset_prefix_cache()
 
+    def describe(self):
+        """One line for the run's log: vLLM's version, the model runner, compile mode and sleep level."""
+        import vllm
+        c = self.llm.llm_engine.vllm_config
+        cc = c.compilation_config
+        return (f"vLLM {vllm.__version__} | model runner {'V2' if c.use_v2_model_runner else 'V1'} | compile "
+                f"{getattr(cc.mode, 'name', cc.mode)}, CUDA graphs {getattr(cc.cudagraph_mode, 'name', cc.cudagraph_mode)}"
+                f"{', eager' if c.model_config.enforce_eager else ''} | sleep "
+                + ("none (CPU)" if self.on_cpu else f"level {self.sleep_level}"))
+
     def sleep(self):
         if not self.on_cpu and not self.asleep:
-            self.llm.sleep(level=1)     # weights to host memory, KV cache discarded
+            self.llm.sleep(level=self.sleep_level)    # weights to host memory (1) or dropped (2); KV dropped
             self.asleep = {"weights", "kv_cache"}
 
     def wake_up(self):

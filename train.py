@@ -70,7 +70,7 @@ import toy_task
 from advantage import (CLIP_EPS, LOSS_AGG, aggregate, clip_bounds, ds_grpo_advantages, focal_advantages,
                        group_advantages, kl_k3, ks_up_to, pass_at_k_table, policy_loss, token_mean)
 from checkpoint import TRAIN_OUTPUTS, check_run, due_exports, export, progress, resume_from, save_checkpoint, start_logging
-from common import (check, check_device, check_min, check_out_dir, check_positive, check_pretrained, parse_config,
+from common import (check, check_choices, check_device, check_min, check_out_dir, check_positive, check_pretrained, parse_config,
                     refuse)
 from rollout import (Rollouts, make_engine, mix_seed, pack, policy_logp, register_policy_forward,
                      sync_weights, use_attention)
@@ -92,7 +92,7 @@ class Config:
     gamma: float = 0.0                # focal exponent, Eq. 12; 0 = the base method
     group_size: int = 8               # N rollouts per prompt
     eps_low: float | None = None      # clip widths; None = the --loss default (0.2/0.2, 0.2/0.28, 1/5)
-    eps_high: float | None = None
+    eps_high: float | None = None     # the upper one, 1 + eps_high
     dual_clip: float = 3.0            # cap on the loss of A < 0 tokens, > 1 (verl; GRPO/DAPO only)
     kl_coef: float = 0.0              # GRPO-KL control: k3 to the initial model (paper best 0.001)
     entropy_coef: float = 0.0         # GRPO-H control: loss -= coef * H (paper best 0.001)
@@ -111,10 +111,10 @@ class Config:
                                       # longest first; a row longer than the cap goes alone
     share_prompts: bool = False       # forward each group's prompt once (rollout.pack); maze: ~5x faster
     steps: int = 1530                 # ~10 epochs of 39,202 prompts
-    lr: float = 1e-6
+    lr: float = 1e-6                  # AdamW's peak learning rate
     warmup_steps: int = 15            # 0 = none
-    weight_decay: float = 0.01
-    adam_beta1: float = 0.9
+    weight_decay: float = 0.01        # AdamW's, decoupled
+    adam_beta1: float = 0.9           # AdamW's betas, each in [0, 1)
     adam_beta2: float = 0.999
     grad_clip: float = 1.0            # max gradient norm, > 0 (there is no "off")
     # sampling
@@ -134,7 +134,11 @@ class Config:
                                       # "auto" (on for CUDA, off on the CPU)
     kv_cache_gb: float = 16.0         # TorchEngine: KV-cache budget per rank (it admits prompts to fit)
     gpu_memory_utilization: float = 0.5   # vLLM on GPU: its share of the device while it samples
-    seed: int = 0
+    enforce_eager: bool = False       # vLLM on GPU: no torch.compile or CUDA graphs (if they fail; for Model
+                                      # Runner V2 failing, set VLLM_USE_V2_MODEL_RUNNER=0 instead)
+    vllm_sleep_level: int = 2         # vLLM on GPU, during the update: 2 drops its weights (the sync rewrites
+                                      # them all), 1 backs them up to pinned host RAM (~2x their size)
+    seed: int = 0                     # model init (--model tiny), prompt order and every rollout's sampling
     out_dir: str = "out/train"        # holds only what we write (TRAIN_OUTPUTS), or is refused
     resume: bool = False              # continue from the newest whole checkpoint in out_dir
     save_every: int = 100             # checkpoint every K steps (and at the end)
@@ -145,20 +149,14 @@ class Config:
     eval_mazes: int = 256             # maze: held-out mazes, evaluated every --eval_every steps and at the end
     eval_samples: int = 4             # maze: samples per held-out maze; pass@k is logged for k = 1, 2, 4 .. this
     sample_every: int = 10            # print a decoded rollout every K steps
-    wandb: bool = False
+    wandb: bool = False               # also log to Weights & Biases (pip install wandb)
     # memory plan (memory.py): print it for these flags and exit, 0 if it fits and 2 if not
-    plan: bool = False
+    plan: bool = False                # print the memory plan for these flags and exit: 0 if it fits, 2 if not
     nproc: int = 8                    # --plan: the world size (a real run checks its own before any work)
     gpu_memory_gb: float = 80.0       # --plan: memory of one device (a real run reads its device's)
 
     def __post_init__(self):
-        check(self.task in TASKS, f"--task {self.task!r}: expected one of {', '.join(TASKS)}")
-        check(self.loss in CLIP_EPS, f"--loss {self.loss!r}: expected one of {sorted(CLIP_EPS)}")
-        check(self.loss_agg in LOSS_AGG, f"--loss_agg {self.loss_agg!r}: expected one of {', '.join(LOSS_AGG)}")
-        check(self.engine in ("auto", "torch", "vllm"), f"--engine {self.engine!r}: expected auto, torch or vllm")
-        check(self.grad_checkpointing in ("auto", "true", "false"),
-              f"--grad_checkpointing {self.grad_checkpointing!r}: expected auto, true or false")
-        check(self.device in ("auto", "cpu", "cuda"), f"--device {self.device!r}: expected auto, cpu or cuda")
+        check_choices(self)
         check(self.group_size >= 2, f"--group_size {self.group_size}: need >= 2 for a group baseline")
         check_min(self, 1, "prompts_per_step", "mini_batch_prompts", "micro_batch_size", "steps",
                   "max_prompt_len", "max_response_len", "save_every", "eval_samples", "keep_checkpoints", "nproc")
@@ -171,6 +169,7 @@ class Config:
         check_positive(self, "lr", "grad_clip", "temperature", "kv_cache_gb", "gpu_memory_gb")
         check(0 < self.gpu_memory_utilization < 1,
               f"--gpu_memory_utilization {self.gpu_memory_utilization}: must be in (0, 1)")
+        check(self.vllm_sleep_level in (1, 2), f"--vllm_sleep_level {self.vllm_sleep_level}: expected 1 or 2")
         # The clip range [1 - eps_low, 1 + eps_high] must hold 1, and a ratio is never below 0.
         check(self.eps_low is None or 0 <= self.eps_low <= 1, f"--eps_low {self.eps_low}: must be in [0, 1]")
         check(self.eps_high is None or 0 <= self.eps_high < math.inf,
@@ -181,7 +180,6 @@ class Config:
         for name in ("adam_beta1", "adam_beta2"):
             check(0 <= getattr(self, name) < 1, f"--{name} {getattr(self, name)}: must be in [0, 1)")
         check(0 < self.top_p <= 1, f"--top_p {self.top_p}: must be in (0, 1]")
-        check(self.maze_reward in maze.RULES, f"--maze_reward {self.maze_reward!r}: expected one of {maze.RULES}")
         check(self.maze_size == 0 or (self.maze_size % 2 == 1 and maze.MIN_SIZE <= self.maze_size <= 17),
               f"--maze_size {self.maze_size}: expected 0 or an odd number in [{maze.MIN_SIZE}, 17]")
         self.check_task_flags()
@@ -191,6 +189,13 @@ class Config:
             return
         self.check_inputs()
         check_out_dir(self.out_dir, "--out_dir", known=TRAIN_OUTPUTS)
+
+    @staticmethod
+    def choices():
+        """The flags with a fixed set of values: __post_init__ refuses any other, --help lists them."""
+        return {"task": tuple(TASKS), "engine": ("auto", "torch", "vllm"), "loss": tuple(CLIP_EPS),
+                "loss_agg": LOSS_AGG, "maze_reward": maze.RULES, "device": ("auto", "cpu", "cuda"),
+                "grad_checkpointing": ("auto", "true", "false")}
 
     def check_inputs(self):
         """The model, tokenizer and data exist and are what they claim, before anything loads."""
@@ -270,6 +275,7 @@ def main(cfg):
         return
     # 0) set up: process group, checks, tokenizer, policy + engine (+ reference), optimizer, task, resume
     check_packages(cfg)
+    check_engine_flags(cfg)
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     rank, world, device = init_dist(cfg.device)
@@ -708,7 +714,10 @@ def build(cfg, tokenizer, pad, device, load=load_model):
                          model=load(cfg, tokenizer, engine_dtype) if kind == "torch" else None,
                          kv_cache_bytes=int(cfg.kv_cache_gb * 2**30),
                          gpu_memory_utilization=cfg.gpu_memory_utilization, seed=cfg.seed,
+                         enforce_eager=cfg.enforce_eager or None, sleep_level=cfg.vllm_sleep_level,
                          max_model_len=cfg.max_prompt_len + cfg.max_response_len)
+    if kind == "vllm":
+        print0(engine.describe())     # which runner, compile mode and sleep level ran: the first thing to check
     ref_model = shard(load(cfg, tokenizer, torch.float32), device).eval() if cfg.kl_coef > 0 else None
     if memory.checkpointing_on(cfg, device.type):
         # Non-reentrant: the reentrant variant needs inputs that require grad and fights FSDP's hooks.
@@ -751,6 +760,18 @@ def check_packages(cfg):
     for package, needed, flag, fix in needs:
         if needed and importlib.util.find_spec(package) is None:
             refuse(f"{flag}: {fix}")
+
+
+def check_engine_flags(cfg):
+    """--enforce_eager and --vllm_sleep_level act on vLLM on CUDA only: set for any other run they are
+    refused in one line, never recorded in run.json as if they had acted."""
+    device = device_type(cfg)
+    kind = memory.engine_kind(cfg, device)
+    for name in ("enforce_eager", "vllm_sleep_level"):
+        value = getattr(cfg, name)
+        if value != Config.__dataclass_fields__[name].default and (kind, device) != ("vllm", "cuda"):
+            refuse(f"--{name} {value}: acts only on vLLM on CUDA, and this run samples with --engine {kind} "
+                   f"on {device}; leave it out")
 
 
 def batch_problems(cfg, world):

