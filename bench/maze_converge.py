@@ -74,6 +74,17 @@ def converged(metrics, rule="strict"):
     return plateau or collapsed
 
 
+def stop_step(metrics, chunk=Config.chunk, min_steps=Config.min_steps, max_steps=Config.max_steps):
+    """The step at which main stopped (or would stop) a run with these metrics: the first checked step
+    where RULE holds, "cap" at max_steps, or None if the run has not got that far yet."""
+    for s in range(min_steps, max_steps + 1, chunk):
+        if max((m["step"] for m in metrics), default=0) < s:
+            return None
+        if converged([m for m in metrics if m["step"] <= s]):
+            return s
+    return "cap"
+
+
 def read_metrics(run):
     f = run / "metrics.jsonl"
     return [json.loads(line) for line in f.read_text().splitlines() if line.strip()] if f.is_file() else []

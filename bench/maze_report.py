@@ -31,6 +31,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import evaluate  # noqa: E402
+from maze_converge import stop_step  # noqa: E402
 from advantage import pass_at_k_table  # noqa: E402
 from common import check, check_min, check_out_file, parse_config, png_metadata, write_table_out  # noqa: E402
 
@@ -45,6 +46,7 @@ class Config:
     sft: str = "runs/maze/sft.json"          # evaluate.py result of the SFT warm start (step 0)
     sft_again: str = "runs/maze/sft_seed1.json"  # the warm start evaluated again with another --seed (optional)
     figure: str = "figures/maze_curves.png"
+    figure_n: str = ""                       # also Fig. 6: -log pass@K of the final policies against N (.png)
     table: str = "runs/maze/table4.md"
     bin: int = 10                            # steps per point of the training-reward curve
     early: int = 100                         # steps in which the early pass@64 drop is looked for
@@ -58,6 +60,9 @@ class Config:
               f"--figure {self.figure} / --table {self.table}: expected a .png and a .md")
         check_out_file(self.figure, "--figure", SCRIPT)        # replaced only if this script wrote it
         check_out_file(self.table, "--table", SCRIPT)
+        check(not self.figure_n or Path(self.figure_n).suffix == ".png", f"--figure_n {self.figure_n}: expected a .png")
+        if self.figure_n:
+            check_out_file(self.figure_n, "--figure_n", SCRIPT)
         e = self.sft_edges
         check(all(0 < x < 1 for x in e) and all(x < y for x, y in zip(e, e[1:])),
               f"--sft_edges {' '.join(map(str, e))}: must be increasing numbers inside (0, 1)")
@@ -152,12 +157,43 @@ def curves(runs, sft, cfg):
     plt.close(fig)
 
 
+def against_n(runs, sft, cfg):
+    """Fig. 6: -log pass@K of each arm's final policies against N (mean over seeds, a bar from the
+    lowest to the highest seed), for K = 1, 64 and n; the warm start as a dashed line."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, axes = plt.subplots(1, 3, figsize=(12, 3.6), squeeze=False)
+    for col, k in enumerate((1, 64, "n")):
+        ax = axes[0, col]
+        for gamma in sorted({g for _, g in runs}):
+            pts = []
+            for (N, g), seeds in sorted(runs.items()):
+                vals = [-math.log(max(pass_at(r["eval"], r["rule"], r["eval"]["n"] if k == "n" else k), 1e-9))
+                        for r in seeds.values() if r["eval"] is not None and g == gamma]
+                if vals:
+                    pts.append((N, np.mean(vals), min(vals), max(vals)))
+            if pts:
+                N, m, lo, hi = map(np.array, zip(*pts))
+                ax.errorbar(N, m, yerr=[m - lo, hi - m], marker="o", capsize=3, label=ARMS.get(gamma, gamma))
+        if sft is not None:
+            rule = sft["rule"]
+            ax.axhline(-math.log(sft[rule][sft["n"] if k == "n" else k]), color="gray", ls="--", label="SFT warm start")
+        ax.set(xscale="log", xlabel="group size N", ylabel=f"-log pass@{k}", title=f"pass@{k}, final policies")
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    Path(cfg.figure_n).parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(cfg.figure_n, dpi=90, metadata=png_metadata(SCRIPT))
+    plt.close(fig)
+
+
 def table(runs, sft, cfg):
     lines = []
     if sft is not None:
         lines.append(f"SFT warm start: {sft['rule']} pass@1 {100 * sft[sft['rule']][1]:.1f}, "
                      f"pass@64 {100 * sft[sft['rule']][64]:.1f}, pass@{sft['n']} {100 * sft[sft['rule']][sft['n']]:.1f}\n")
-    head = "| N | method | seeds | pass@1 | pass@64 | pass@n | walk pass@1 | early pass@64 drop | per seed pass@1 |"
+    head = ("| N | method | seeds | pass@1 | pass@64 | pass@n | walk pass@1 | early pass@64 drop | per seed pass@1 "
+            "| stopped (bench/maze_converge.RULE) |")
     lines += [head, "|---" * (head.count("|") - 1) + "|"]
     for (N, gamma), seeds in sorted(runs.items()):
         evals = {s: r["eval"] for s, r in seeds.items() if r["eval"] is not None}
@@ -176,7 +212,8 @@ def table(runs, sft, cfg):
         per_seed = ", ".join(f"s{s} {100 * pass_at(e, rule, 1):.1f}" for s, e in sorted(evals.items()))
         missing = [str(s) for s in seeds if s not in evals]
         per_seed += f" (no final eval: seed {', '.join(missing)})" if missing else ""
-        lines.append(f"| {N} | {ARMS.get(gamma, gamma)} | {len(seeds)} | " + " | ".join(cells) + f" | {per_seed} |")
+        stops = ", ".join(f"s{s} {stop_step(r['metrics']) or 'running'}" for s, r in sorted(seeds.items()))
+        lines.append(f"| {N} | {ARMS.get(gamma, gamma)} | {len(seeds)} | " + " | ".join(cells) + f" | {per_seed} | {stops} |")
     lines.append("\nPaired m-out-of-n test per seed, F-GRPO minus GRPO (points, 95% interval, * significant):\n")
     lines.append(f"| N | method | seed | pass@1 | pass@{cfg.m} |\n|---|---|---|---|---|")
     for (N, gamma), seeds in sorted(runs.items()):
@@ -282,8 +319,10 @@ def main(cfg):
         if Path(cfg.sft_again).is_file():
             sft["again"] = evaluate.load_result(cfg.sft_again)["benchmarks"]["maze"]
     curves(runs, sft, cfg)
+    if cfg.figure_n:
+        against_n(runs, sft, cfg)
     table(runs, sft, cfg)
-    print(f"wrote {cfg.figure} and {cfg.table}")
+    print(f"wrote {cfg.figure}{' and ' + cfg.figure_n if cfg.figure_n else ''} and {cfg.table}")
 
 
 if __name__ == "__main__":

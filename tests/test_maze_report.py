@@ -109,3 +109,33 @@ def test_figure_and_table_replace_only_their_own_files(tmp_path):
     with pytest.raises(ValueError, match="--table .*maze_report.py did not write it"):
         maze_report.Config(figure=str(tmp_path / "f.png"), table=str(tmp_path / "t.md"))
     maze_report.Config()                                # the shipped figure carries the mark
+
+
+def test_the_stopping_rule_reads_the_logged_evaluations():
+    """bench/maze_converge.RULE, as the driver and the table apply it: checked at 1,000, 1,500, ...;
+    a plateau (last quarter's mean pass@1 within 1 point of the quarter before) or a collapse
+    (pass@64 - pass@1 < 2 points twice) stops the run; a run still rising goes on to the cap."""
+    from maze_converge import converged, stop_step
+
+    def rows(p1, p64=lambda t, p: p + 0.1, last=4000):
+        return [{"step": t, "eval/strict/pass@1": p1(t), "eval/strict/pass@64": p64(t, p1(t))}
+                for t in range(100, last + 1, 100)]
+    rising = rows(lambda t: 0.2 + 0.1 * t / 1000)                          # +1 point per 100 steps
+    assert not converged(rising[:10]) and stop_step(rising) == "cap"
+    assert stop_step(rising[:15]) is None                                  # not at the cap yet: running
+    slow = rows(lambda t: 0.2 + 0.1 * min(t, 1200) / 1000)                 # flat from step 1,200
+    # 1,500: steps 1,200-1,500 (32%) against 800-1,100 (29.5%); 2,000: 32% against 31.8%
+    assert stop_step(slow) == 2000
+    collapsed = rows(lambda t: 0.2 + 0.1 * t / 1000, lambda t, p: p + (0.01 if t >= 900 else 0.1))
+    assert stop_step(collapsed) == 1000
+
+
+def test_fig6_is_drawn_against_n(tmp_path):
+    plant(tmp_path, "N8_g0_s0", 8, 0.0, 0, 0.5, [0] * 20 + [64] * 20)
+    plant(tmp_path, "N4_g0_s0", 4, 0.0, 0, 0.5, [0] * 30 + [64] * 10)
+    cfg = maze_report.Config(runs=str(tmp_path / "runs" / "N*"), evals=str(tmp_path / "evals"),
+                             sft=str(tmp_path / "absent.json"), figure=str(tmp_path / "f.png"),
+                             figure_n=str(tmp_path / "n.png"), table=str(tmp_path / "t.md"), iters=100)
+    maze_report.main(cfg)
+    assert (tmp_path / "n.png").read_bytes()[:4] == b"\x89PNG"
+    assert "| s0 running |" in (tmp_path / "t.md").read_text()              # 10 steps: no check yet
