@@ -7,13 +7,18 @@ knows about the paper; it exists so that simulate.py, maze.py, train.py and eval
     cfg = parse_config(Config)       # Config is a @dataclass; its fields become --flags
 """
 import argparse
+import ast
 import dataclasses
+import inspect
+import io
 import json
 import math
 import os
 import shutil
 import sys
 import tempfile
+import textwrap
+import tokenize
 import types
 import typing
 from dataclasses import dataclass
@@ -31,13 +36,15 @@ def parse_config(cls, argv=None, doc=None):
     `float | None` takes a float, None being its "not given" default.
     A Config validates itself in __post_init__ by raising ValueError("--flag ..."); that message is
     printed as one line and the program exits with status 2, like any other bad flag.
+    --help shows each field's comment in the Config's source (field_comments) and, for a flag with a
+    fixed set of values, those values: the Config's choices(), which check_choices also refuses by.
 
     Why not transformers.HfArgumentParser (TRL's convention)? Tried on simulate.Config (transformers
     5.19): it passes `--group_sizes 2 8` to a tuple[int, ...] field as strings (it converts list
     fields, not tuples), and a Config's ValueError escapes as a traceback instead of exit status 2.
     Working around both would take more lines than this parser.
     """
-    hints = typing.get_type_hints(cls)
+    hints, comments, choices = typing.get_type_hints(cls), field_comments(cls), choices_of(cls)
     p = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.error = refuse                                 # "--steps abc", "--stpes 2": one line too, not usage + line
     for f in dataclasses.fields(cls):
@@ -46,13 +53,15 @@ def parse_config(cls, argv=None, doc=None):
             default = f.default_factory()
         if typing.get_origin(typ) in (typing.Union, types.UnionType):  # `float | None` -> float
             typ = next(a for a in typing.get_args(typ) if a is not type(None))
-        kwargs = dict(default=default, help=f"default: {default}")
+        kwargs = dict(default=default, help=f"{comments.get(f.name, '')} (default: {default})".strip().replace("%", "%%"))
         if typing.get_origin(typ) is tuple:           # tuple[int, ...] -> nargs="+"
             kwargs.update(type=typing.get_args(typ)[0], nargs="+")
         elif typ is bool:
             kwargs.update(type=_parse_bool, metavar="{true,false}")
         else:
             kwargs.update(type=typ)
+        if f.name in choices:                         # --loss {grpo,dapo,cispo}
+            kwargs.update(metavar="{" + ",".join(map(str, choices[f.name])) + "}")
         p.add_argument(f"--{f.name}", **kwargs)
     args = vars(p.parse_args(argv))
     args = {k: tuple(v) if isinstance(v, list) else v for k, v in args.items()}
@@ -60,6 +69,43 @@ def parse_config(cls, argv=None, doc=None):
         return cls(**args)
     except ValueError as e:
         refuse(e)
+
+
+def field_comments(cls):
+    """{field: its comment in cls's source}: the comment after the field, and the comment-only lines
+    indented past the field names that follow it (one at their indentation heads a group of fields)."""
+    source = textwrap.dedent(inspect.getsource(cls))
+    notes = {}                                        # row -> (column, text) of each comment
+    for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+        if tok.type == tokenize.COMMENT:
+            notes[tok.start[0]] = (tok.start[1], tok.string.lstrip("#").strip(), tok.line.strip().startswith("#"))
+    comments = {}
+    for node in ast.parse(source).body[0].body:
+        if not (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)):
+            continue
+        row = next((r for r in range(node.lineno, node.end_lineno + 1) if r in notes), None)
+        if row is None:
+            continue
+        text = notes[row][1]
+        while row + 1 in notes and notes[row + 1][2] and notes[row + 1][0] > node.col_offset:
+            row += 1
+            text += " " + notes[row][1]
+        comments[node.target.id] = text
+    return comments
+
+
+def choices_of(cls):
+    """{field: its allowed values} from cls.choices(), for the flags with a fixed set of values."""
+    return cls.choices() if hasattr(cls, "choices") else {}
+
+
+def check_choices(cfg):
+    """Raise ValueError naming the flag unless each field of cfg.choices() holds one of its values
+    (every element, for a tuple field). Configs call it in __post_init__; --help lists the same values."""
+    for name, values in choices_of(cfg).items():
+        value = getattr(cfg, name)
+        for v in value if isinstance(value, tuple) else (value,):
+            check(v in values, f"--{name} {v!r}: expected one of {', '.join(map(str, values))}")
 
 
 def _parse_bool(s):

@@ -52,10 +52,11 @@ from pathlib import Path
 
 import numpy as np
 
+import maze
 import ood
 import reward
 from advantage import ks_up_to, pass_at_k_curve, pass_at_k_table
-from common import (check, check_device, check_min, check_out_file, check_positive, check_pretrained, check_utf8,
+from common import (check, check_choices, check_device, check_min, check_out_file, check_positive, check_pretrained, check_utf8,
                     data_dir, parse_config, png_metadata, refuse, remove_temp, write_json_out, write_table_out)
 
 SCRIPT = "evaluate.py"           # the mark in every file it writes (common.is_ours)
@@ -90,7 +91,7 @@ class Config:
     baseline: str = ""             # --models, select: the baseline's selection.json; only checkpoints that used
                                    # no more compute than its best are candidates (App. L.4)
     family: str = "auto"           # qwen2.5 | qwen3 | llama3 (prompts, stop tokens, length); auto = from the model
-    benchmarks: tuple[str, ...] = MATH + OOD
+    benchmarks: tuple[str, ...] = MATH + OOD   # eval: the held-out sets to sample (reward.BENCHMARKS)
     n: int = 1024                  # samples per problem (the paper's n, Tables 12-14)
     temperature: float = 1.0       # > 0. 0 (greedy) is refused: pass@k needs samples, and the
                                    # engines divide the logits by T
@@ -102,7 +103,7 @@ class Config:
     engine: str = "torch"          # torch | vllm (rollout.make_engine)
     maze_reward: str = "strict"    # maze: the rule of c and pass@k, "strict" (Sec. 5.2) | "walk"; both are saved
     device: str = "cpu"            # cpu | cuda | cuda:N
-    seed: int = 0
+    seed: int = 0                  # sampling seeds are keyed by (seed, problem, sample)
     workers: int = 2               # math-verify worker processes
     inputs: tuple[str, ...] = ()   # compare (exactly 2: A then B) / report / select: result files (compare and
                                    # report also take a selection.json: its best result)
@@ -110,28 +111,22 @@ class Config:
     iters: int = 50_000            # compare: subsampling iterations
     data: str = ""                 # rare_select: training jsonl; "" = data_dir()/train/deepscaler_partial.jsonl
     rare: str = ""                 # rare_score: the file rare_select wrote
-    rare_prompts: int = 256
-    rare_samples: int = 800
+    rare_prompts: int = 256        # rare_select: training prompts sampled for the rare set
+    rare_samples: int = 800        # rare_select: samples per prompt
     rare_frac: float = 0.01        # top 1% by base NLL among correct rollouts, in (0, 1]
     out: str = "runs/eval/result.json"   # a .json (report: a stem for .md and .png; --models: a folder); an
                                          # existing file is replaced only if evaluate.py wrote it (common.is_ours)
 
     def __post_init__(self):
-        check(self.mode in ("eval", "select", "compare", "report", "rare_select", "rare_score"),
-              f"--mode {self.mode!r}: unknown")
-        unknown = [b for b in self.benchmarks if b not in BENCHMARKS]
-        check(not unknown, f"--benchmarks: unknown {unknown}; choose from {list(BENCHMARKS)}")
+        check_choices(self)
         check(len(self.benchmarks) == len(set(self.benchmarks)), "--benchmarks: a benchmark is named twice")
         check_min(self, 1, "n", "prompts_per_call", "m", "iters", "rare_prompts", "rare_samples")
         check_min(self, 0, "top_k", "max_new_tokens", "max_problems", "seed", "workers")
         check_positive(self, "temperature")
         check(0 < self.top_p <= 1, f"--top_p {self.top_p}: must be in (0, 1]")
         check(0 < self.rare_frac <= 1, f"--rare_frac {self.rare_frac}: must be in (0, 1]")
-        check(self.family in ("auto", *reward.FAMILIES), f"--family {self.family!r}: unknown")
         check(self.device == "cpu" or self.device.startswith("cuda"), f"--device {self.device!r}: expected cpu or cuda[:N]")
         check_device(self.device)
-        check(self.engine in ("torch", "vllm"), f"--engine {self.engine!r}: expected torch or vllm")
-        check(self.maze_reward in ("strict", "walk"), f"--maze_reward {self.maze_reward!r}: expected strict or walk")
         check(self.mode != "compare" or len(self.inputs) == 2, "--inputs: compare needs exactly two result files")
         check(self.mode not in ("report", "select") or len(self.inputs) >= 1,
               f"--inputs: {self.mode} needs at least one result file")
@@ -140,6 +135,13 @@ class Config:
         self.models = expand_models(self.models)
         check(self.mode != "rare_score" or self.rare, "--rare: rare_score needs the rare_select output")
         self.check_files()
+
+    @staticmethod
+    def choices():
+        """The flags with a fixed set of values: __post_init__ refuses any other, --help lists them."""
+        return {"mode": ("eval", "select", "compare", "report", "rare_select", "rare_score"),
+                "benchmarks": tuple(BENCHMARKS), "family": ("auto", *reward.FAMILIES), "engine": ("torch", "vllm"),
+                "maze_reward": maze.RULES}
 
     def check_files(self):
         """What the mode reads exists, and what it writes may be written, before any model loads."""

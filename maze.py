@@ -55,7 +55,7 @@ from transformers import (AutoModelForCausalLM, GenerationConfig, PreTrainedToke
 
 import rollout
 from advantage import pass_at_k_curve
-from common import (Task, atomic_dir, atomic_write_json, check, check_device, check_min, check_out_dir, check_positive,
+from common import (Task, atomic_dir, atomic_write_json, check, check_choices, check_device, check_min, check_out_dir, check_positive,
                     parse_config)
 
 # -----------------------------------------------------------------------------
@@ -438,6 +438,11 @@ class Config:
     threads: int = 0              # torch CPU threads; 0 = all cores
     show_seed: int = -1           # >= 0: print maze `show_seed` with its shortest path and exit
 
+    @staticmethod
+    def choices():
+        """The flags with a fixed set of values: __post_init__ refuses any other, --help lists them."""
+        return {"maze_reward": RULES}
+
     def __post_init__(self):
         check(self.size % 2 == 1 and MIN_SIZE <= self.size <= 17,
               f"--size: expected an odd number in [{MIN_SIZE}, 17] (17 fills 512 positions), got {self.size}")
@@ -445,7 +450,7 @@ class Config:
         check_min(self, 0, "eval_mazes", "threads", "seed")
         check_min(self, -1, "show_seed")
         check_positive(self, "lr")
-        check(self.maze_reward in RULES, f"--maze_reward {self.maze_reward!r}: expected one of {RULES}")
+        check_choices(self)
         check(self.device == "auto" or self.device == "cpu" or self.device.startswith("cuda"),
               f"--device: expected auto, cpu or cuda[:N], got {self.device!r}")
         check_device(self.device)

@@ -52,7 +52,7 @@ import numpy as np
 import torch
 
 from advantage import focal_weight, group_advantages, success_rate, tail_miss_argmax, tail_miss_probability
-from common import (atomic_write_json, atomic_write_text, check, check_out_dir, check_positive, mark_out_dir, parse_config,
+from common import (atomic_write_json, atomic_write_text, check, check_choices, check_out_dir, check_positive, mark_out_dir, parse_config,
                     refuse, remove_temp)
 
 
@@ -66,7 +66,7 @@ class Config:
     num_actions: int = 128_000     # |A|: actions 0 .. num_correct-1 are correct, action 0 the anchor
     num_correct: int = 10_000      # |A+|
     anchor_logit: float = 5.0      # initial logits, from Hu et al.; wrong actions start at 0
-    correct_logit: float = 3.0
+    correct_logit: float = 3.0     # the other correct actions' initial logit
     r_correct: float = 1.0         # R_c
     r_wrong: float = -1.0          # R_w
     group_sizes: tuple[int, ...] = tuple(2 ** k for k in range(1, 18))    # N = 2 .. 131,072
@@ -86,9 +86,14 @@ class Config:
     surrogate: str = "distinct"    # "distinct": each sampled action once (Eq. 5) | "counts": once per draw
     log_every: int = 10            # stride (in steps) of the saved Q_pos and M_ret trajectories
     workers: int = 0               # processes; 0 = one per CPU core
-    out_dir: str = "out/simulate"
+    out_dir: str = "out/simulate"  # results.json and the figures; holds only what we write, or is refused
     plot_only: bool = False        # redraw the figures from out_dir/results.json, simulate nothing
     sensitivity: bool = False      # run the optimizer grid (SENSITIVITY) instead of the sweep
+
+    @staticmethod
+    def choices():
+        """The flags with a fixed set of values: __post_init__ refuses any other, --help lists them."""
+        return {"optimizer": ("adamw", "signsgd", "sgd"), "surrogate": ("distinct", "counts")}
 
     def __post_init__(self):
         check(self.num_actions >= 2, "--num_actions must be >= 2")
@@ -106,11 +111,10 @@ class Config:
         check(self.seeds >= 1, "--seeds must be >= 1 (it is a count)")
         check(self.seed >= 0, "--seed must be >= 0")
         check(self.steps >= 1, "--steps must be >= 1")
-        check(self.optimizer in ("adamw", "signsgd", "sgd"), "--optimizer must be 'adamw', 'signsgd' or 'sgd'")
+        check_choices(self)
         check_positive(self, "lr", "adam_eps")           # eps = 0 divides 0 by 0 on an all-correct first batch
         check(0 <= self.weight_decay and self.lr * self.weight_decay < 1,
               "--weight_decay must be >= 0 with lr * weight_decay < 1")
-        check(self.surrogate in ("distinct", "counts"), "--surrogate must be 'distinct' or 'counts'")
         check(self.log_every >= 1, "--log_every must be >= 1")
         check(self.workers >= 0, "--workers must be >= 0")
         # Before any compute, never over what is not ours: what the marker lists, and the temps of a

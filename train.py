@@ -115,7 +115,7 @@ class Config:
     warmup_steps: int = 15            # 0 = none
     weight_decay: float = 0.01        # AdamW's, decoupled
     adam_beta1: float = 0.9           # AdamW's betas, each in [0, 1)
-    adam_beta2: float = 0.999
+    adam_beta2: float = 0.999         # (beta1, beta2) = (0.9, 0.999), Table 5
     grad_clip: float = 1.0            # max gradient norm, > 0 (there is no "off")
     # sampling
     temperature: float = 1.0          # > 0. 0 (greedy) is refused: N equal samples give no group signal,

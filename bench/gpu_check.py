@@ -73,7 +73,7 @@ class Config:
     peak_tflops: float = 0.0      # dense bf16 peak for MFU; 0 = from the GPU's name (PEAK_TFLOPS)
     budget_s: int = 400           # seconds from start by which both parts end (see Budget above)
     threads: int = 0              # CPU threads, 0 = torch's default
-    seed: int = 0
+    seed: int = 0                 # model init and sampling
     out: str = ""                 # also write the figures as JSON here
 
     def __post_init__(self):

@@ -27,12 +27,12 @@ from common import check_min, data_dir, parse_config  # noqa: E402
 
 @dataclass
 class Config:
-    problems: int = 100
+    problems: int = 100            # MATH-500 problems timed
     samples: int = 1024            # completions per problem
     naive_samples: int = 3000      # naive per-sample math-verify on this many (0 = all), extrapolated
-    workers: int = 2
+    workers: int = 2               # math-verify worker processes (reward.py's pool)
     prompts_per_call: int = 8      # completions are scored in batches as evaluate.py does
-    seed: int = 0
+    seed: int = 0                  # the synthetic completions' draws
 
     def __post_init__(self):
         check_min(self, 1, "problems", "samples", "prompts_per_call")

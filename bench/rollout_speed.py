@@ -33,7 +33,7 @@ class Config:
     model: str = "out/maze_sft"     # a maze SFT checkpoint (python maze.py)
     prompts: int = 32               # prompts per batch (train.py --prompts_per_step on one rank)
     n: int = 8                      # samples per prompt (--group_size)
-    repeats: int = 3
+    repeats: int = 3                # timed batches per engine (the fastest is reported)
     threads: int = 1                # 1 unless the machine is otherwise idle (OpenMP oversubscription)
     vllm: bool = True               # also time VLLMEngine (skipped with a note when vLLM is not installed)
 

@@ -25,23 +25,28 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import simulate as S  # noqa: E402
-from common import check, parse_config  # noqa: E402
+from common import check, check_choices, parse_config  # noqa: E402
 
 
 @dataclass
 class Config:
     group_size: int = 131_072      # N
-    num_actions: int = 128_000
-    num_correct: int = 10_000
+    num_actions: int = 128_000     # |A|, as simulate.py
+    num_correct: int = 10_000      # |A+|
     surrogate: str = "distinct"    # as simulate.py
-    gamma: float = 0.0
+    gamma: float = 0.0             # focal exponent, Eq. 12
     repeats: int = 20              # timed steps per path (after one warm-up step)
     threads: int = 1               # torch threads for both paths; the sweep runs one per worker
+
+    @staticmethod
+    def choices():
+        """The flags with a fixed set of values: __post_init__ refuses any other, --help lists them."""
+        return {"surrogate": S.Config.choices()["surrogate"]}
 
     def __post_init__(self):
         check(self.group_size >= 1, "--group_size must be >= 1")
         check(1 <= self.num_correct < self.num_actions, "--num_correct must be >= 1 and < --num_actions")
-        check(self.surrogate in ("distinct", "counts"), "--surrogate must be 'distinct' or 'counts'")
+        check_choices(self)
         check(0 <= self.gamma < float("inf"), "--gamma must be >= 0 and finite")
         check(self.repeats >= 1, "--repeats must be >= 1")
         check(self.threads >= 1, "--threads must be >= 1")
