@@ -14,8 +14,9 @@ sample is seeded by (seed, step, prompt), so the chunks train exactly the steps 
 After each chunk from --min_steps on, RULE reads the held-out evaluations train.py logged
 (--eval_mazes mazes x --eval_samples samples every --eval_every steps) and the run stops at the
 first s where it holds, or at --max_steps. Then evaluate.py scores out_dir/final on 256 held-out
-mazes x --n samples, and run.json, metrics.jsonl and that result are copied to --results (never a
-checkpoint). Rerunning the same command continues where a killed one stopped.
+mazes x --n samples into --results/evals. run.json and metrics.jsonl are copied to --results/runs after
+every chunk, so a run still going is reported too (never a checkpoint). Rerunning the same command
+continues where a killed one stopped.
 """
 import json
 import os
@@ -102,8 +103,11 @@ def main(cfg):
              "--out_dir", str(run)]
     print(f"{name}: {RULE}", flush=True)
 
-    def train_to(s):
+    def train_to(s):          # then the outputs so far, so that a run still going is reported too
         subprocess.run(train + ["--steps", str(s), "--resume", str((run / "ckpt").is_dir()).lower()], check=True)
+        (results / "runs" / name).mkdir(parents=True, exist_ok=True)
+        for f in ("run.json", "metrics.jsonl"):
+            shutil.copy(run / f, results / "runs" / name / f)
 
     for s in range(cfg.chunk, cfg.max_steps + 1, cfg.chunk):
         if max((m["step"] for m in read_metrics(run)), default=0) < s:
@@ -116,13 +120,13 @@ def main(cfg):
     final = run / "final" / "progress.json"
     if not final.is_file() or json.loads(final.read_text())["step"] != s:   # killed before its export
         train_to(s)
-    (results / "runs" / name).mkdir(parents=True, exist_ok=True)
-    (results / "evals").mkdir(parents=True, exist_ok=True)
+    result = results / "evals" / f"{name}.json"
+    if result.is_file():                   # evaluated by an earlier call
+        return
+    result.parent.mkdir(parents=True, exist_ok=True)
     subprocess.run([sys.executable, str(ROOT / "evaluate.py"), "--model", str(run / "final"), "--benchmarks", "maze",
-                    "--n", str(cfg.n), "--out", str(results / "evals" / f"{name}.json")], check=True,
+                    "--n", str(cfg.n), "--out", str(result)], check=True,
                    env={**os.environ, "OMP_NUM_THREADS": str(cfg.threads)})
-    for f in ("run.json", "metrics.jsonl"):
-        shutil.copy(run / f, results / "runs" / name / f)
 
 
 if __name__ == "__main__":

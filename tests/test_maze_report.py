@@ -139,3 +139,39 @@ def test_fig6_is_drawn_against_n(tmp_path):
     maze_report.main(cfg)
     assert (tmp_path / "n.png").read_bytes()[:4] == b"\x89PNG"
     assert "| s0 running |" in (tmp_path / "t.md").read_text()              # 10 steps: no check yet
+
+
+def test_the_driver_trains_in_chunks_until_the_rule_holds(tmp_path, monkeypatch):
+    """bench/maze_converge.main with train.py and evaluate.py faked: chunks of 500 steps, each a
+    resume of the one before; it stops at the first checked step where RULE holds (a plateau from
+    step 1,200 holds at 2,000), evaluates once, and a second call does no work."""
+    import maze_converge
+    model = tmp_path / "sft"
+    model.mkdir()
+    (model / "sft.json").write_text("{}")
+    calls = []
+
+    def fake_run(cmd, check, env=None):
+        args = dict(zip(cmd[2::2], cmd[3::2]))
+        run = Path(args.get("--out_dir", ""))
+        if cmd[1].endswith("train.py"):
+            steps = int(args["--steps"])
+            calls.append((steps, args["--resume"]))
+            rows = [{"step": t, "eval/strict/pass@1": 0.2 + 0.1 * min(t, 1200) / 1000, "eval/strict/pass@64": 0.6}
+                    for t in range(100, steps + 1, 100)]
+            (run / "final").mkdir(parents=True, exist_ok=True)
+            (run / "ckpt").mkdir(exist_ok=True)
+            (run / "final" / "progress.json").write_text(json.dumps({"step": steps}))
+            (run / "run.json").write_text("{}")
+            (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        else:
+            calls.append("evaluate")
+            Path(args["--out"]).write_text("{}")
+
+    monkeypatch.setattr(maze_converge.subprocess, "run", fake_run)
+    cfg = maze_converge.Config(gamma=0.5, model=str(model), out=str(tmp_path / "out"), results=str(tmp_path / "res"))
+    maze_converge.main(cfg)
+    assert calls == [(500, "false"), (1000, "true"), (1500, "true"), (2000, "true"), "evaluate"]
+    assert (tmp_path / "res" / "runs" / "N8_g0.5_s0" / "metrics.jsonl").is_file()
+    maze_converge.main(cfg)
+    assert len(calls) == 5
