@@ -36,20 +36,20 @@ RULE = ("converged at step s: the mean held-out pass@1 over the evaluations in (
 
 @dataclass
 class Config:
-    gamma: float = 0.0
-    seed: int = 0
-    group_size: int = 8
+    gamma: float = 0.0                    # focal exponent of the arm (train.py --gamma); 0 = GRPO
+    seed: int = 0                         # train.py --seed
+    group_size: int = 8                   # N (train.py --group_size)
     model: str = "out/maze7_sft"          # maze.py's warm start
     out: str = "out/maze7"                # train.py's run folders (checkpoints stay here)
     results: str = "results/maze7"        # runs/NAME/{run.json,metrics.jsonl} and evals/NAME.json, committed
     chunk: int = 500                      # steps between checks of RULE
     min_steps: int = 1000                 # the first check
     max_steps: int = 4000                 # the cap: a run not converged by then is reported as such
-    eval_every: int = 100
-    eval_mazes: int = 128
-    eval_samples: int = 64
+    eval_every: int = 100                 # train.py's held-out evaluation, which RULE reads, every K steps
+    eval_mazes: int = 128                 # of this many mazes
+    eval_samples: int = 64                # x this many samples (RULE reads pass@64)
     n: int = 128                          # the final evaluation's samples per maze (256 mazes)
-    threads: int = 1
+    threads: int = 1                      # CPU threads of train.py and evaluate.py
 
     def __post_init__(self):
         check_min(self, 1, "chunk", "min_steps", "max_steps", "eval_every", "eval_mazes", "n", "threads", "group_size")
