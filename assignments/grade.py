@@ -1,91 +1,351 @@
 """
-Grade a copy of this repository: the implementation problems (assignments/problems.py) by running
-the grading tests against DIR's advantage.py, and, given --runs, the machine-checkable part of the
-experiment problems of assignments/HANDOUT.md from the files the runs wrote.
+Grade a student's folder: the implementation problems (assignments/problems.py) by running the
+student's graded functions in a child process and comparing what they return with the reference's
+answers here, and, given --runs, the machine-checkable part of the experiment problems of
+assignments/HANDOUT.md from the files the runs wrote.
 
     python assignments/grade.py                          # this repository (the reference: full points)
-    python assignments/grade.py /tmp/fgrpo_student       # a student copy
-    python assignments/grade.py /tmp/fgrpo_student --runs /tmp/fgrpo_student   # + the experiments
+    python assignments/grade.py SUBMISSION               # a student's folder, whole or just its graded files
+    python assignments/grade.py SUBMISSION --runs SUBMISSION --json grades/alice.json
 
-Prints the points of each problem (a problem scores when all its tests pass) with the first line of
-each failure, and ends with `total: X / Y`. The tests are this folder's assignments/tests and
-expected.json, whatever DIR holds there; they run in a subprocess with DIR as the working directory
-and first on sys.path, so `import advantage` is DIR's file. --runs ROOT is the folder the handout's
-commands ran in (out/class/g0_s0 etc. are looked up under it); plots and sentences are graded by hand.
+How: only the graded files (problems.GRADED_FILES) are taken from SUBMISSION, into a throwaway folder
+that holds the student release (make_student_copy.py, from this repository's HEAD; in a student copy,
+the files it shipped with). A child process started there, with a bare environment, imports them
+and runs each check's call (assignments/harness.py); it writes what the calls returned and decides
+nothing. This process compares those results with the reference's, so nothing the child does at
+import, at exit or to its own files changes a score. Each problem has a known number of checks: a
+missing result counts as failed, and a problem scores its points only when every check passes.
+In the teacher's repository the checks are the public ones (expected.json, shipped to students)
+plus hidden ones drawn from --seed (a new one each run unless given) and answered by the reference
+advantage.py in this process; a student copy has the public ones only.
+
+Limits: --import_timeout for importing the graded files (an import that hangs costs every problem
+once, not once per problem), --timeout per problem (the child is then restarted for the rest),
+--memory_gb of data segment for the child (RLIMIT_DATA, which a CUDA build of torch imports under;
+an address-space cap would not let it). Ends with `total: X / Y` whatever the submission does.
 """
 import argparse
 import json
 import math
 import os
 import resource
+import secrets
+import shutil
+import signal
 import subprocess
 import sys
 import tempfile
-import xml.etree.ElementTree as ET
+import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-from problems import PROBLEMS  # noqa: E402
+import torch
 
-TESTS = HERE / "tests"
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(ROOT))
+import harness  # noqa: E402
+from common import check, check_out_file, refuse, write_json_out  # noqa: E402
+from problems import GRADED_FILES, PROBLEMS, RELEASE  # noqa: E402
 
 
 # -----------------------------------------------------------------------------
-# Implementation problems: pytest in a subprocess, outcomes read from its junit XML
+# The checks and the reference's answers
 
-def limit_memory(gb):
-    """A cap on the test process's address space: a pass@k that enumerates all k-subsets then fails
-    with MemoryError in seconds, instead of filling the grading machine's memory until the timeout."""
-    return lambda: resource.setrlimit(resource.RLIMIT_AS, (gb << 30, gb << 30))
-
-
-def run_pytest(copy, files, timeout, memory_gb=4):
-    """{problem id: [(test name, failure message or None)]} for the given test files, run on `copy`."""
-    with tempfile.TemporaryDirectory() as tmp:
-        xml = Path(tmp) / "junit.xml"
-        cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-c", os.devnull,
-               "--rootdir", str(TESTS), "--confcutdir", str(TESTS), f"--junitxml={xml}", *map(str, files)]
-        env = {**os.environ, "PYTHONPATH": str(copy), "FGRPO_GRADE_DIR": str(copy),
-               "PYTHONDONTWRITEBYTECODE": "1", "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
-        proc = subprocess.run(cmd, cwd=copy, env=env, capture_output=True, text=True, timeout=timeout,
-                              preexec_fn=limit_memory(memory_gb))
-        if not xml.exists():
-            raise RuntimeError(f"pytest wrote no report (exit {proc.returncode}):\n"
-                               f"{proc.stdout[-2000:]}{proc.stderr[-2000:]}")
-        results = {}
-        for case in ET.parse(xml).iter("testcase"):
-            # classname "test_policy_loss" (a test) or "" with name "test_policy_loss" (collection error)
-            module = (case.get("classname") or case.get("name", "")).split(".")[-1]
-            bad = next((c for c in case if c.tag in ("failure", "error")), None)
-            skipped = next((c for c in case if c.tag == "skipped"), None)
-            message = None
-            if bad is not None:
-                message = (bad.get("message") or bad.text or bad.tag).strip().splitlines()[0][:200]
-            elif skipped is not None:                  # a graded test that did not run earns nothing
-                message = f"skipped: {skipped.get('message', '')}"[:200]
-            results.setdefault(module.removeprefix("test_"), []).append((case.get("name"), message))
-        return results
+def teacher_side():
+    """make_expected.py and the reference are here (the teacher's repository), or None (a student copy)."""
+    if not (HERE / "make_expected.py").is_file():
+        return None
+    import make_expected
+    return make_expected
 
 
-def grade_problems(copy, timeout):
-    """[(problem id, points earned, points, description, [(test, message)])]."""
-    files = [TESTS / f"test_{pid}.py" for pid, *_ in PROBLEMS]
-    try:
-        results = run_pytest(copy, files, timeout)
-    except subprocess.TimeoutExpired:                  # find the slow problem: one file at a time
-        results = {}
-        for pid, f in zip([p for p, *_ in PROBLEMS], files):
+def public_checks():
+    from_json = teacher_side().from_json if teacher_side() else json_tensors
+    data = from_json(json.loads((HERE / "expected.json").read_text()))
+    return data["checks"], data["results"]
+
+
+def json_tensors(v):
+    """expected.json's {"tensor": list, "dtype"} back to tensors (make_expected.from_json's twin, for
+    a student copy, which has no make_expected.py)."""
+    if isinstance(v, dict) and set(v) == {"tensor", "dtype"}:
+        return torch.tensor(v["tensor"], dtype=getattr(torch, v["dtype"]))
+    if isinstance(v, dict):
+        return {k: json_tensors(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [json_tensors(x) for x in v]
+    return v
+
+
+def all_checks(seed):
+    """{problem: [check]} and {problem: [reference result]}: public, then hidden when we can."""
+    checks, results = public_checks()
+    me = teacher_side()
+    if me is not None and seed is not None:
+        import advantage
+        hidden = me.checks(seed)
+        answers = me.answer(hidden, {"advantage": advantage})
+        for pid in checks:
+            checks[pid] += hidden[pid]
+            results[pid] += answers[pid]
+    return checks, results
+
+
+# -----------------------------------------------------------------------------
+# Comparing a result with the reference's, here and nowhere else
+
+def fmt(x):
+    return f"{x:.8g}" if isinstance(x, float) else repr(x)
+
+
+def compare(want, got, what, atol, rtol, zero_rows=(), loose=False):
+    """None if the encoded value `got` matches `want`, else a one-line reason."""
+    if not isinstance(got, dict) or "kind" not in got:
+        return f"{what}: malformed result"
+    kw, kg, w, g = want["kind"], got["kind"], want["v"], got["v"]
+    number = kg in ("float", "int") and not isinstance(g, bool)
+    if kw == "tensor" and loose and w.ndim == 0 and number:
+        g, kg = torch.tensor(float(g), dtype=torch.float64), "tensor"
+    if kw in ("tensor", "ndarray"):
+        if kg != kw or not isinstance(g, torch.Tensor):
+            return f"{what}: returned a {kg}, expected a {'torch tensor' if kw == 'tensor' else 'numpy array'}"
+        if tuple(g.shape) != tuple(w.shape):
+            return f"{what}: shape {tuple(g.shape)}, expected {tuple(w.shape)}"
+        if w.is_floating_point() and not (g.is_floating_point() or g.dtype == torch.bool):
+            return f"{what}: dtype {g.dtype}, expected a floating tensor"
+        g64, w64 = g.detach().to(torch.float64), w.to(torch.float64)
+        ok = torch.isclose(g64, w64, rtol=rtol, atol=atol)
+        for r in zero_rows:
+            ok[r] &= g64[r] == 0
+        if not ok.all():
+            i = tuple(int(j) for j in (~ok).nonzero()[0]) if g.ndim else ()
+            exact = " (must be exactly 0: a group with no signal)" if i and i[0] in zero_rows else ""
+            return (f"{what}: {int((~ok).sum())} of {ok.numel()} values differ; at {i}: got "
+                    f"{g64[i].item():.8g}, expected {w64[i].item():.8g}{exact}")
+        return None
+    if kw in ("float", "int"):
+        if not number:
+            return f"{what}: returned a {kg}, expected a number"
+        if not (math.isfinite(g) and math.isclose(g, w, rel_tol=rtol, abs_tol=atol)):
+            return f"{what}: got {fmt(g)}, expected {fmt(w)}"
+        return None
+    if kw in ("tuple", "list"):
+        if kg not in ("tuple", "list") or len(g) != len(w):
+            return f"{what}: returned a {kg}{f' of {len(g)}' if kg in ('tuple', 'list') else ''}, " \
+                   f"expected a {kw} of {len(w)}"
+        return next((m for i, (a, b) in enumerate(zip(w, g))
+                     if (m := compare(a, b, f"{what}[{i}]", atol, rtol, zero_rows if i == 0 else (), loose))), None)
+    if kw == "dict":
+        if kg != "dict" or set(g) != set(w):
+            return f"{what}: keys {sorted(g) if kg == 'dict' else kg}, expected {sorted(w)}"
+        return next((m for k in w if (m := compare(w[k], g[k], f"{what}[{k!r}]", atol, rtol, (), True))), None)
+    return None if (kg == kw and g == w) else f"{what}: got {fmt(g)}, expected {fmt(w)}"
+
+
+def judge(c, want, got, results):
+    """None if the student's result `got` of check c passes, else why not. results: the student's
+    results of the same problem (a property check compares with another of them)."""
+    what = c["name"] or c["call"].split(".")[1]
+    atol, rtol = c.get("atol", 1e-7), c.get("rtol", 1e-6)
+    if not isinstance(got, dict):
+        return f"{what}: no result"
+    if "error" in want:
+        name = want["error"].split(":")[0]
+        return None if str(got.get("error", "")).startswith(name) else \
+            f"{what}: expected {name}, got {got.get('error') or 'a return value'}"
+    if "error" in got:
+        return f"{what}: {got['error']}"
+    if got.get("mutated") is not False:
+        return f"{what}: changed an input in place (the caller uses it again)"
+    if c.get("properties"):
+        return properties(c, got, results, what)
+    if c.get("spy"):                                  # what reached the stand-in, then the loss
+        m = compare_spied(c, want.get("spied", {}), got.get("spied"), what, atol, rtol)
+        if m:
+            return m
+    m = compare(want["out"], got.get("out"), what, atol, rtol, c.get("zero_rows", ()))
+    if m or "grads" not in want:
+        return m
+    return compare(want["grads"], got.get("grads"), f"{what}: gradient", atol, rtol)
+
+
+def compare_spied(c, want, got, what, atol, rtol):
+    """policy_loss's one call of aggregate: per-token losses on the response tokens, and its settings."""
+    for name, w_calls in want.items():
+        g_calls = got.get(name) if isinstance(got, dict) else None
+        if not isinstance(g_calls, list) or len(g_calls) != len(w_calls):
+            return f"{what}: called {name} {len(g_calls) if isinstance(g_calls, list) else '?'} times, expected " \
+                   f"{len(w_calls)} (one {name}(per_tok, mask, loss_agg, num_tokens, num_seqs, max_len))"
+        for wc, gc in zip(w_calls, g_calls):
+            if not isinstance(gc, dict) or set(gc) != set(wc):
+                return f"{what}: malformed {name} call"
+            mask = wc["mask"]["v"].bool()
+            x = gc["x"]["v"] if gc["x"].get("kind") == "tensor" else None
             try:
-                results.update(run_pytest(copy, [f], timeout=max(30, timeout // 4)))
-            except subprocess.TimeoutExpired:
-                results[pid] = [("(all)", "timed out: a function of this problem is far too slow")]
+                x = x.detach().to(torch.float64).expand(mask.shape)[mask]
+            except (AttributeError, RuntimeError):
+                return f"{what}: the per-token losses passed to {name} are not a tensor of the mask's shape"
+            m = compare({"kind": "tensor", "v": wc["x"]["v"].to(torch.float64).expand(mask.shape)[mask]},
+                        {"kind": "tensor", "v": x}, f"{what}: per-token losses on response tokens", atol, rtol)
+            if m:
+                return m
+            for k in wc:
+                if k != "x" and compare(wc[k], gc[k], k, 1e-12, 1e-12, (), True):
+                    return f"{what}: {name} got {k}={gc[k].get('v')!r}, expected {wc[k]['v']!r}"
+    return None
+
+
+def properties(c, got, results, what):
+    """Problem 5: what any focal weighting keeps, judged on the student's own chain of Problems 1-4."""
+    if c["properties"] == "base":
+        return compare({"kind": "tensor", "v": c["args"][0].to(torch.float64)}, got.get("out"), what, math.inf, 0) \
+            and f"{what}: group_advantages returned no (G, N) tensor"
+    out = got.get("out", {})
+    if out.get("kind") not in ("tuple", "list") or len(out["v"]) != 2 or \
+            any(x.get("kind") != "tensor" for x in out["v"] if isinstance(x, dict)):
+        return f"{what}: focal_advantages must return a tuple (advantages, g) of tensors"
+    A, g = (x["v"] for x in out["v"])
+    R, gamma = c["args"][0], c["args"][1]
+    if A.shape != R.shape or g.shape != (R.shape[0],):
+        return f"{what}: shapes {tuple(A.shape)} and {tuple(g.shape)}, expected {tuple(R.shape)} and ({R.shape[0]},)"
+    if not (torch.isfinite(A).all() and torch.isfinite(g).all()):
+        return f"gamma {gamma}: non-finite advantages or weights (train.py stops on them)"
+    if not (A[c["zero_rows"]] == 0).all():
+        return f"gamma {gamma}: uniform groups got non-zero advantages"
+    if not (g >= 0).all():
+        return f"gamma {gamma}: a negative weight flips the sign of its group's update"
+    if gamma == 0:
+        base = results[c["base"]].get("out", {}) if isinstance(results[c["base"]], dict) else {}
+        if not (torch.equal(g.double(), torch.ones_like(g, dtype=torch.float64)) and base.get("kind") == "tensor"
+                and torch.equal(A, base["v"])):
+            return "gamma 0 must give g = 1 and group_advantages' output bit for bit"
+    return None
+
+
+# -----------------------------------------------------------------------------
+# The child: a throwaway folder with the release and the student's graded files, a bare environment
+
+def release_into(dst):
+    """The student release into dst: make_student_copy's, from HEAD, in the teacher's repository; in
+    a student copy, the files its RELEASE list names (as they are now: only graded files change)."""
+    if teacher_side():
+        import make_student_copy
+        make_student_copy.write_copy(dst)
+        return
+    for rel in json.loads((HERE / RELEASE).read_text())["files"]:
+        (dst / rel).parent.mkdir(parents=True, exist_ok=True)
+        if (ROOT / rel).is_file():
+            shutil.copyfile(ROOT / rel, dst / rel)
+
+
+def take_graded(src, dst):
+    """Copy the graded files of src into dst: regular files only (a link could reach the reference).
+    Returns {file: why it was not taken} for those left as the release's stubs."""
+    left = {}
+    for rel in GRADED_FILES:
+        p = src / rel
+        if p.is_symlink() or (p.exists() and not p.is_file()):
+            left[rel] = "not a regular file"
+        elif not p.exists():
+            left[rel] = "missing"
+        else:
+            shutil.copyfile(p, dst / rel)
+    return left
+
+
+def limits(memory_gb):
+    def apply():
+        os.setsid()                                      # its own process group: killed with all it started
+        cap = memory_gb << 30
+        resource.setrlimit(resource.RLIMIT_DATA, (cap, cap))
+    return apply
+
+
+def run_child(folder, checks, todo, args):
+    """Run the checks of the problems in `todo` in child processes. Returns ({problem: [result]},
+    {problem: why it has no results})."""
+    results, why = {}, {}
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(folder), "LANG": "C.UTF-8",
+           "OMP_NUM_THREADS": "1", "PYTHONDONTWRITEBYTECODE": "1", "PYTHONHASHSEED": "0"}
+    todo = list(todo)
+    while todo:
+        work = Path(tempfile.mkdtemp(prefix="run_", dir=folder / ".grade"))
+        torch.save({pid: checks[pid] for pid in todo}, work / "checks.pt")
+        log = open(work / "log.txt", "wb")
+        child = subprocess.Popen([sys.executable, "-I", "assignments/harness.py", str(work / "checks.pt"), str(work)],
+                                 cwd=folder, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                                 preexec_fn=limits(args.memory_gb))
+
+        def wait_for(path, seconds):
+            end = time.monotonic() + seconds
+            while time.monotonic() < end:
+                if path.exists():
+                    return "ok"
+                if child.poll() is not None:
+                    return "ok" if path.exists() else "exited"
+                time.sleep(0.05)
+            return "timeout"
+
+        def tail():
+            text = (work / "log.txt").read_bytes().decode(errors="replace").strip().splitlines()
+            return text[-1][:200] if text else f"exit status {child.returncode}"
+
+        state = wait_for(work / "imported", args.import_timeout)
+        if state != "ok":
+            stop(child)
+            reason = (f"importing the graded files took over {args.import_timeout} s" if state == "timeout"
+                      else f"the child process ended while importing the graded files: {tail()}")
+            why.update({pid: reason for pid in todo})
+            break
+        while todo:
+            pid = todo[0]
+            state = wait_for(work / f"{pid}.pt", args.timeout)
+            if state == "ok":
+                try:
+                    results[pid] = torch.load(work / f"{pid}.pt", weights_only=True)
+                except Exception as e:  # noqa: BLE001: whatever the child wrote
+                    why[pid] = f"unreadable results ({type(e).__name__})"
+                todo.pop(0)
+                continue
+            stop(child)
+            why[pid] = (f"timed out after {args.timeout} s" if state == "timeout"
+                        else f"the child process ended: {tail()}")
+            todo.pop(0)
+            break                                           # a fresh child for the rest
+        stop(child)
+        log.close()
+    return results, why
+
+
+def stop(child):
+    if child.poll() is None:
+        try:
+            os.killpg(child.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    child.wait()
+
+
+def grade_problems(src, args):
+    """[(problem id, points earned, points, description, checks passed, checks, [messages])]."""
+    checks, want = all_checks(args.seed)
+    with tempfile.TemporaryDirectory(prefix="fgrpo_grade_") as tmp:
+        folder = Path(tmp) / "release"
+        release_into(folder)
+        left = take_graded(src, folder)
+        (folder / ".grade").mkdir()
+        got, why = run_child(folder, checks, [pid for pid, *_ in PROBLEMS], args)
     rows = []
-    for pid, points, _, about in PROBLEMS:
-        tests = results.get(pid, [("(all)", "no test ran: see the pytest output with "
-                                            f"python -m pytest -q assignments/tests/test_{pid}.py")])
-        ok = all(m is None for _, m in tests)
-        rows.append((pid, points if ok else 0, points, about, tests))
+    for pid, points, functions, about in PROBLEMS:
+        mine = got.get(pid) if isinstance(got.get(pid), list) else []
+        verdicts = [judge(c, want[pid][i], mine[i], mine) if i < len(mine) else why.get(pid, "no result")
+                    for i, c in enumerate(checks[pid])]
+        messages = [m for m in verdicts if m]
+        files = {f.split(".")[0] + ".py" for f in functions}
+        messages += [f"{f}: {left[f]} in {src}, so the release's stub was graded" for f in sorted(files & set(left))]
+        passed = verdicts.count(None)
+        rows.append((pid, points if passed == len(verdicts) else 0, points, about, passed, len(verdicts), messages))
     return rows
 
 
@@ -186,18 +446,20 @@ def check_simulation(root, path, steps, gammas, group_sizes, seeds):
 
 
 def check_lemma(root, path):
-    """The student's Lemma 3.1 table {"mu,rho": [N*, peak]} against the stored reference values."""
+    """The student's Lemma 3.1 table {"mu,rho": [N*, peak]} against this repository's tail_miss_argmax
+    (the reference's in the teacher's repository)."""
     r, err = read_json(Path(root) / path)
     if err:
         return [err]
-    ref = json.loads((HERE / "expected.json").read_text())["tail_miss"]["argmax"]
+    import advantage
     wrong = []
-    for c in ref:
-        key = f"{c['mu_pos']},{c['rho']}"
-        got = r.get(key)
-        if not (isinstance(got, list) and len(got) == 2 and got[0] == c["out"][0]
-                and isinstance(got[1], (int, float)) and abs(got[1] - c["out"][1]) < 1e-3):
-            wrong.append(f"{path}: {key} is {got}, not N* = {c['out'][0]} with {c['out'][1]:.3f}")
+    for mu in (0.8, 0.5, 0.3, 0.2):
+        for rho in (0.01, 0.05, 0.1, 0.2):
+            key, (n, peak) = f"{mu},{rho}", advantage.tail_miss_argmax(mu, rho * mu)
+            got = r.get(key) if isinstance(r, dict) else None
+            if not (isinstance(got, list) and len(got) == 2 and got[0] == n
+                    and isinstance(got[1], (int, float)) and abs(got[1] - peak) < 1e-3):
+                wrong.append(f"{path}: {key} is {got}, not N* = {n} with {peak:.3f}")
     return wrong[:3]
 
 
@@ -272,32 +534,37 @@ def grade_experiments(root):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("dir", nargs="?", default=str(HERE.parent), help="the copy to grade (default: this repository)")
+    p.add_argument("dir", nargs="?", default=str(ROOT), help="the folder to grade (default: this repository)")
     p.add_argument("--runs", default="", help="folder the handout's commands ran in: also grade the experiments")
-    p.add_argument("--json", default="", help="also write the scores to this file")
-    p.add_argument("--timeout", type=int, default=300, help="seconds for all the grading tests together")
+    p.add_argument("--json", default="", help="also write the scores to this new file (or one grade.py wrote)")
+    p.add_argument("--seed", type=int, default=None, help="seed of the hidden checks (default: a new one)")
+    p.add_argument("--timeout", type=float, default=120, help="seconds per problem")
+    p.add_argument("--import_timeout", type=float, default=120, help="seconds to import the graded files")
+    p.add_argument("--memory_gb", type=int, default=8, help="data segment cap of the child (RLIMIT_DATA)")
     args = p.parse_args()
-    copy = Path(args.dir).resolve()
-    if not (copy / "advantage.py").is_file():
-        print(f"error: {copy} has no advantage.py; pass the folder of a copy", file=sys.stderr)
-        sys.exit(2)
+    src = Path(args.dir).resolve()
+    try:
+        check(src.is_dir(), f"{args.dir}: not a folder; pass a student's folder (whole, or its graded files)")
+        check(args.timeout > 0 and args.import_timeout > 0, "--timeout and --import_timeout must be > 0")
+        check(args.memory_gb >= 1, "--memory_gb must be >= 1")
+        check(not args.runs or Path(args.runs).is_dir(), f"--runs {args.runs}: not a folder")
+        if args.json:
+            check_out_file(args.json, "--json", "grade.py")
+    except ValueError as e:
+        refuse(str(e))
+    if args.seed is None and teacher_side():
+        args.seed = secrets.randbelow(1 << 31)
 
-    rows = grade_problems(copy, args.timeout)
-    print(f"implementation problems ({copy}):")
-    for i, (pid, earned, points, about, tests) in enumerate(rows, 1):
-        passed = sum(m is None for _, m in tests)
-        print(f"  {i:2d}. {pid:17s} {earned:g} / {points}   {passed}/{len(tests)} tests   {about}")
-        failed = {}                                    # one line per distinct message (stubs: one line)
-        for name, message in tests:
-            if message is not None:
-                failed.setdefault(message, []).append(name)
-        for message, names in failed.items():
-            more = f" (and {len(names) - 1} more)" if len(names) > 1 else ""
-            print(f"        FAIL {names[0]}{more}: {message}")
+    rows = grade_problems(src, args)
+    hidden = f", hidden checks of seed {args.seed}" if teacher_side() else ", public checks only"
+    print(f"implementation problems ({src}{hidden}):")
+    for i, (pid, earned, points, about, passed, n, messages) in enumerate(rows, 1):
+        print(f"  {i:2d}. {pid:17s} {earned:g} / {points}   {passed}/{n} checks   {about}")
+        for m in list(dict.fromkeys(messages))[:3]:       # one line per distinct reason (stubs: one line)
+            print(f"        FAIL {m}")
     earned, total = sum(r[1] for r in rows), sum(r[2] for r in rows)
-    report = {"problems": {r[0]: {"points": r[1], "max": r[2], "tests": len(r[4]),
-                                  "passed": sum(m is None for _, m in r[4]), "failed": [t for t, m in r[4] if m]}
-                           for r in rows},
+    report = {"seed": args.seed, "problems": {r[0]: {"points": r[1], "max": r[2], "checks": r[5], "passed": r[4],
+                                                     "failed": r[6]} for r in rows},
               "implementation": [earned, total]}
     if args.runs:
         print(f"experiment problems, machine-checked part ({args.runs}; plots and sentences are graded by hand):")
@@ -312,7 +579,7 @@ def main():
         earned, total = earned + e_sum, total + t_sum
     report["total"] = [earned, total]
     if args.json:
-        Path(args.json).write_text(json.dumps(report, indent=1) + "\n")
+        write_json_out(args.json, report, "grade.py")
     print(f"total: {earned:g} / {total:g}")
 
 

@@ -1,19 +1,23 @@
 """
-The student release (assignments/): the copy has stubs and scores 0, the reference scores full
-points, and each plausible wrong version of a graded function loses the points of its problem, and
-only those (its neighbours are graded on stored reference answers, assignments/tests/conftest.py).
+The course (assignments/): the student copy scores 0, the reference full points; each plausible
+wrong version of a graded function loses the points of its problem (its neighbours are graded on
+the reference's recorded answers), correct alternatives keep them; gaming attempts with the stubs
+left in score at most 1 point; a broken or hanging import ends in a `total:` line.
 
-    python -m pytest -q tests/test_assignments.py          # ~1 min on 2 cores
+    python -m pytest -q tests/test_assignments.py
 
 This file is withheld from the student copy (assignments/problems.WITHHELD): the wrong versions
 below are one edit away from the solutions.
 """
-import json
+import errno
 import re
 import shlex
+import json
+import os
 import shutil
 import subprocess
 import sys
+import types
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -21,30 +25,35 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "assignments"))
+import advantage  # noqa: E402
 import grade  # noqa: E402
+import harness  # noqa: E402
+import make_expected  # noqa: E402
 import make_student_copy  # noqa: E402
 from problems import PROBLEMS, WITHHELD  # noqa: E402
 
 POINTS = {pid: points for pid, points, _, _ in PROBLEMS}
-ENV = {"OMP_NUM_THREADS": "1"}
+FULL = sum(POINTS.values())
 
 
 def run(*args, cwd=ROOT):
     return subprocess.run([sys.executable, *map(str, args)], cwd=cwd, capture_output=True, text=True,
-                          env={**__import__("os").environ, **ENV})
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
 
 
-def grade_copy(d, tmp):
-    """grade.py's JSON report for copy d."""
+def grade_dir(d, tmp, *flags):
+    """grade.py's JSON report for folder d (it must end with a total line)."""
     out = Path(tmp) / f"{Path(d).name}.json"
-    r = run(ROOT / "assignments" / "grade.py", d, "--json", out)
+    r = run(ROOT / "assignments" / "grade.py", d, "--json", out, "--seed", 5, *flags)
     assert r.returncode == 0, r.stderr
-    assert r.stdout.strip().splitlines()[-1].startswith("total: ")
+    assert r.stdout.strip().splitlines()[-1].startswith("total: "), r.stdout
     return json.loads(out.read_text())
 
 
-def lost(report):
-    return {pid for pid, p in report["problems"].items() if p["points"] < p["max"]}
+def reference_text():
+    """advantage.py as committed: the student copy is built from HEAD too."""
+    return subprocess.run(["git", "show", "HEAD:advantage.py"], cwd=ROOT, capture_output=True, text=True,
+                          check=True).stdout
 
 
 @pytest.fixture(scope="module")
@@ -56,8 +65,8 @@ def student(tmp_path_factory):
 
 
 # -----------------------------------------------------------------------------
-# Wrong versions: (function, source of a wrong def, the problems it must lose). Each is the mistake
-# the named test of assignments/tests/ is there to catch.
+# Wrong versions, graded in this process on the public and one seed's hidden checks: (function,
+# source of a wrong def, the problems it must lose). A correct alternative must lose nothing.
 
 WRONG = {
     "biased_std": ("group_advantages", """
@@ -78,14 +87,39 @@ def group_advantages(rewards, normalize_std=True, eps=1e-6):
 """, {"group_advantages"}),
     "uniform_not_zeroed": ("group_advantages", """
 def group_advantages(rewards, normalize_std=True, eps=1e-6):
-    R = torch.as_tensor(rewards)
+    R = torch.as_tensor(rewards).double()
     adv = R - R.mean(1, keepdim=True)
     return adv / (R.std(1, keepdim=True) + eps) if normalize_std else adv
 """, {"group_advantages", "focal_properties"}),
+    "uniform_by_small_std": ("group_advantages", """
+def group_advantages(rewards, normalize_std=True, eps=1e-6):
+    R = torch.as_tensor(rewards).double()
+    adv = R - R.mean(1, keepdim=True)
+    if normalize_std:
+        adv = adv / (R.std(1, keepdim=True) + eps)
+    return adv.masked_fill(R.std(1, keepdim=True) < 1e-6, 0.0)
+""", {"group_advantages"}),
+    "integer_rewards_kept": ("group_advantages", """
+def group_advantages(rewards, normalize_std=True, eps=1e-6):
+    R = torch.as_tensor(rewards)
+    adv = R - R.mean(1, keepdim=True)
+    if normalize_std:
+        adv = adv / (R.std(1, keepdim=True) + eps)
+    return adv.masked_fill((R == R[:, :1]).all(1, keepdim=True), 0.0)
+""", {"group_advantages"}),
+    "rewards_changed_in_place": ("group_advantages", """
+def group_advantages(rewards, normalize_std=True, eps=1e-6):
+    R = torch.as_tensor(rewards)
+    R = R if R.is_floating_point() else R.double()
+    uniform = (R == R[:, :1]).all(1, keepdim=True)
+    std = R.std(1, keepdim=True)
+    R -= R.mean(1, keepdim=True)
+    return (R / (std + eps) if normalize_std else R).masked_fill(uniform, 0.0)
+""", {"group_advantages"}),
     "x_over_n_minus_1": ("success_rate", """
 def success_rate(rewards, r_correct=1.0, r_wrong=0.0):
-    R = torch.as_tensor(rewards)
-    if not torch.isfinite(R).all() or ((R < r_wrong) | (R > r_correct)).any():
+    R = torch.as_tensor(rewards).double()
+    if r_correct <= r_wrong or not torch.isfinite(R).all() or ((R < r_wrong) | (R > r_correct)).any():
         raise ValueError("rewards outside the levels")
     return (R - r_wrong).sum(1) / (r_correct - r_wrong) / (R.shape[1] - 1)
 """, {"success_rate"}),
@@ -110,21 +144,25 @@ def focal_advantages(rewards, gamma, r_correct=1.0, r_wrong=0.0, normalize_std=T
 def token_mean(x, mask, num_tokens=None):
     return ((x * mask).sum(-1) / mask.sum(-1).clamp(min=1)).mean()
 """, {"token_mean"}),
-    "token_mean_constant": ("token_mean", """
-def token_mean(x, mask, num_tokens=None):
-    return (x * mask).sum() / mask.numel()
-""", {"token_mean"}),
     "token_mean_local_count": ("token_mean", """
 def token_mean(x, mask, num_tokens=None):
     return (x * mask).sum() / mask.sum().clamp(min=1)
 """, {"token_mean"}),
-    "aggregate_sequence_mean_for_token_mean": ("aggregate", """
+    "token_mean_nan_when_empty": ("token_mean", """
+def token_mean(x, mask, num_tokens=None):
+    return (x * mask).sum() / (mask.sum() if num_tokens is None else num_tokens)
+""", {"token_mean"}),
+    "aggregate_dr_grpo_longest_row": ("aggregate", """
 def aggregate(x, mask, loss_agg="token-mean", num_tokens=None, num_seqs=None, max_len=None):
     mask = mask.to(x.dtype)
     S = mask.shape[0] if num_seqs is None else num_seqs
+    if loss_agg == "token-mean":
+        return token_mean(x, mask, num_tokens)
+    if loss_agg == "seq-mean-token-mean":
+        return ((x * mask).sum(-1) / mask.sum(-1).clamp(min=1)).sum() / S
     if loss_agg == "seq-mean-token-sum-norm":
-        return (x * mask).sum() / (S * (mask.shape[-1] if max_len is None else max_len))
-    return ((x * mask).sum(-1) / mask.sum(-1).clamp(min=1)).sum() / S
+        return (x * mask).sum() / (S * (mask.sum(-1).max() if max_len is None else max_len))
+    raise ValueError(loss_agg)
 """, {"aggregate"}),
     "aggregate_dr_grpo_counts_tokens": ("aggregate", """
 def aggregate(x, mask, loss_agg="token-mean", num_tokens=None, num_seqs=None, max_len=None):
@@ -132,6 +170,8 @@ def aggregate(x, mask, loss_agg="token-mean", num_tokens=None, num_seqs=None, ma
     S = mask.shape[0] if num_seqs is None else num_seqs
     if loss_agg == "seq-mean-token-mean":
         return ((x * mask).sum(-1) / mask.sum(-1).clamp(min=1)).sum() / S
+    if loss_agg not in LOSS_AGG:
+        raise ValueError(loss_agg)
     return token_mean(x, mask, num_tokens)
 """, {"aggregate"}),
     "clip_bounds_swapped": ("clip_bounds", """
@@ -141,22 +181,19 @@ def clip_bounds(loss_type, eps_low=None, eps_high=None):
 """, {"clip_bounds"}),
     "clip_bounds_truthiness": ("clip_bounds", """
 def clip_bounds(loss_type, eps_low=None, eps_high=None):
+    if loss_type not in CLIP_EPS:
+        raise ValueError(loss_type)
     d_low, d_high = CLIP_EPS[loss_type]
     return 1.0 - (eps_low or d_low), 1.0 + (eps_high or d_high)
 """, {"clip_bounds"}),
-}
-
-# policy_loss: the reference with one line changed, so each version has exactly one mistake.
-POLICY_EDITS = {
-    "log_ratio_as_ratio": ("ratio = torch.exp((logp - old_logp).clamp(-20.0, 20.0))", "ratio = logp - old_logp"),
-    "cispo_without_stop_gradient": ("w = ratio.clamp(lo, hi).detach()", "w = ratio.clamp(lo, hi)"),
-    "no_dual_clip": ("per_tok = torch.where(A < 0, torch.minimum(per_tok, -A * dual_clip), per_tok)", "pass"),
-}
-
-MORE_WRONG = {
     "kl_reversed": ("kl_k3", """
 def kl_k3(logp, ref_logp):
     d = (logp - ref_logp).clamp(-20.0, 20.0)
+    return (torch.exp(d) - d - 1).clamp(-10.0, 10.0)
+""", {"kl_k3"}),
+    "kl_changes_ref_logp": ("kl_k3", """
+def kl_k3(logp, ref_logp):
+    d = ref_logp.sub_(logp.detach()).clamp(-20.0, 20.0) + logp.detach() - logp
     return (torch.exp(d) - d - 1).clamp(-10.0, 10.0)
 """, {"kl_k3"}),
     "tail_miss_one_term_short": ("tail_miss_probability", """
@@ -166,71 +203,191 @@ def tail_miss_probability(mu_pos, tau, n):
 """, {"tail_miss"}),
     "pass_at_k_biased": ("pass_at_k", """
 def pass_at_k(n, c, k):
+    if not (1 <= k <= n and 0 <= c <= n):
+        raise ValueError("k")
     return 1.0 - (1.0 - c / n) ** k
 """, {"pass_at_k"}),
     "pass_at_k_float_binomials": ("pass_at_k", """
 def pass_at_k(n, c, k):
-    comb = lambda a, b: math.prod((a - i) / (i + 1) for i in range(b)) if b <= a else 0.0
-    return 1.0 - comb(n - c, k) / comb(n, k)
+    if not (1 <= k <= n and 0 <= c <= n):
+        raise ValueError("k")
+    return 1.0 - float(math.comb(n - c, k)) / float(math.comb(n, k))
 """, {"pass_at_k"}),
+    "pass_at_k_table_list": ("pass_at_k_table", """
+def pass_at_k_table(n, k):
+    if not 1 <= k <= n:
+        raise ValueError("k")
+    return [pass_at_k(n, c, k) for c in range(n + 1)]
+""", {"pass_at_k"}),
+    "pass_at_k_table_float_comb": ("pass_at_k_table", """
+def pass_at_k_table(n, k):
+    if not 1 <= k <= n:
+        raise ValueError("k")
+    return np.array([1.0 - float(math.comb(n - c, k)) / float(math.comb(n, k)) for c in range(n + 1)])
+""", {"pass_at_k"}),
+    # correct alternatives: nothing lost
+    "pass_at_k_lgamma": ("pass_at_k", """
+def pass_at_k(n, c, k):
+    if not (1 <= k <= n and 0 <= c <= n):
+        raise ValueError("k")
+    if n - c < k:
+        return 1.0
+    lc = lambda a, b: math.lgamma(a + 1) - math.lgamma(b + 1) - math.lgamma(a - b + 1)
+    return 1.0 - math.exp(lc(n - c, k) - lc(n, k))
+""", set()),
+    "pass_at_k_table_big_ints": ("pass_at_k_table", """
+def pass_at_k_table(n, k):
+    if not 1 <= k <= n:
+        raise ValueError("k")
+    from fractions import Fraction
+    return np.array([float(1 - Fraction(math.comb(n - c, k), math.comb(n, k))) for c in range(n + 1)])
+""", set()),
+}
+
+# policy_loss: the reference with one line changed, so each version has exactly one mistake.
+POLICY_EDITS = {
+    "log_ratio_as_ratio": ("ratio = torch.exp((logp - old_logp).clamp(-20.0, 20.0))", "ratio = logp - old_logp"),
+    "cispo_without_stop_gradient": ("w = ratio.clamp(lo, hi).detach()", "w = ratio.clamp(lo, hi)"),
+    "no_dual_clip": ("per_tok = torch.where(A < 0, torch.minimum(per_tok, -A * dual_clip), per_tok)", "pass"),
+    "ratio_max_over_padding": ('diag["ratio/max"] = (ratio * mask).max() if mask.any() else ratio.new_zeros(())',
+                               'diag["ratio/max"] = ratio.max()'),
+    "ratio_max_no_empty_guard": ('diag["ratio/max"] = (ratio * mask).max() if mask.any() else ratio.new_zeros(())',
+                                 'diag["ratio/max"] = ratio[mask.bool()].max()'),
 }
 
 
-def reference_text():
-    """advantage.py as committed: the student copy is built from HEAD too."""
-    return subprocess.run(["git", "show", "HEAD:advantage.py"], cwd=ROOT, capture_output=True, text=True,
-                          check=True).stdout
-
-
-def wrong_versions():
+def wrong_texts():
     text = reference_text()
-    out = {name: make_student_copy.replace_function(text, fn, src)
-           for name, (fn, src, _) in {**WRONG, **MORE_WRONG}.items()}
+    out = {name: make_student_copy.replace_function(text, fn, src) for name, (fn, src, _) in WRONG.items()}
     for name, (old, new) in POLICY_EDITS.items():
         assert text.count(old) == 1, f"{name}: the reference's policy_loss no longer has the line {old!r}"
         out[name] = text.replace(old, new)
     return out
 
 
-EXPECTED_LOSS = {**{n: v[2] for n, v in {**WRONG, **MORE_WRONG}.items()}, **{n: {"policy_loss"} for n in POLICY_EDITS}}
+LOSES = {**{n: v[2] for n, v in WRONG.items()}, **{n: {"policy_loss"} for n in POLICY_EDITS}}
+
+
+def module_from(text, name="advantage"):
+    mod = types.ModuleType(name)
+    exec(compile(text, f"<{name}>", "exec"), mod.__dict__)
+    return mod
 
 
 @pytest.fixture(scope="module")
-def graded_wrong(student, tmp_path_factory):
-    """Each wrong version planted in a fresh student copy whose other graded bodies are the reference's,
-    graded two at a time. {name: report}."""
-    tmp = tmp_path_factory.mktemp("wrong")
+def graded_checks():
+    """The public checks and one seed's hidden ones, answered by the reference."""
+    checks, results = grade.public_checks()
+    hidden = make_expected.checks(5)
+    answers = make_expected.answer(hidden, {"advantage": advantage})
+    return {pid: checks[pid] + hidden[pid] for pid in checks}, {pid: results[pid] + answers[pid] for pid in checks}
 
-    def one(item):
-        name, text = item
-        d = tmp / name
-        shutil.copytree(student, d)
-        (d / "advantage.py").write_text(text)
-        return name, grade_copy(d, tmp)
-    with ThreadPoolExecutor(2) as pool:
-        return dict(pool.map(one, wrong_versions().items()))
+
+def lost_problems(mod, graded_checks):
+    checks, want = graded_checks
+    lost = set()
+    for pid, cs in checks.items():
+        got = [harness.run_check({"advantage": mod}, c)[0] for c in cs]
+        if any(grade.judge(c, w, g, got) for c, w, g in zip(cs, want[pid], got)):
+            lost.add(pid)
+    return lost
+
+
+@pytest.mark.parametrize("name", sorted(LOSES))
+def test_each_wrong_version_loses_its_problem_only(graded_checks, name):
+    assert lost_problems(module_from(wrong_texts()[name]), graded_checks) == LOSES[name]
+
+
+def test_the_reference_in_process_loses_nothing(graded_checks):
+    assert lost_problems(advantage, graded_checks) == set()
 
 
 # -----------------------------------------------------------------------------
+# grade.py end to end: a child process in a throwaway folder
 
-def test_student_copy_scores_zero_with_every_graded_test_failing(student, tmp_path):
-    report = grade_copy(student, tmp_path)
-    assert report["total"] == [0, sum(POINTS.values())]
-    for pid, p in report["problems"].items():
-        assert p["passed"] == 0 and p["tests"] > 0, f"{pid}: {p['passed']} of {p['tests']} tests pass on the stubs"
-
-
-def test_reference_scores_full_points(tmp_path):
-    report = grade_copy(ROOT, tmp_path)
-    assert report["total"] == [sum(POINTS.values())] * 2, {k: v["failed"] for k, v in report["problems"].items()}
+def test_student_copy_scores_zero_and_reference_full(student, tmp_path):
+    report = grade_dir(student, tmp_path)
+    assert report["total"] == [0, FULL]
+    assert all(p["passed"] == 0 and p["checks"] > 0 for p in report["problems"].values()), report["problems"]
+    assert grade_dir(ROOT, tmp_path)["total"] == [FULL, FULL]
 
 
-@pytest.mark.parametrize("name", sorted(EXPECTED_LOSS))
-def test_each_wrong_version_loses_its_problem_only(graded_wrong, name):
-    report = graded_wrong[name]
-    assert lost(report) == EXPECTED_LOSS[name], f"{name}: lost {sorted(lost(report))}"
-    assert report["total"][0] == sum(POINTS.values()) - sum(POINTS[p] for p in EXPECTED_LOSS[name])
+ATTACKS = {
+    # the reference's advantage.py looked for on the child's paths, arguments, cwd and environment
+    "reference_on_paths": """
+import os, sys, pathlib
+_seen = set(sys.path) | {os.getcwd(), *sys.argv, *os.environ.values()}
+for _p in list(_seen):
+    for _q in [pathlib.Path(_p), *pathlib.Path(_p).parents]:
+        _f = _q / "advantage.py"
+        if _f.is_file() and "your code here" not in _f.read_text():
+            exec(_f.read_text(), globals())
+            break
+""",
+    # public answers looked up by input, at every call and again at exit over the results files
+    "lookup_and_atexit": """
+import atexit, glob, json, torch
+_data = json.load(open("assignments/expected.json"))
+def _fake():
+    for f in glob.glob(".grade/*/*.pt"):
+        torch.save([{"out": {"kind": "float", "v": 0.5}, "mutated": False}] * 100, f)
+atexit.register(_fake)
+""",
+    # a sitecustomize.py and a regenerated fixture in the hand-in (never taken: not graded files)
+    "hand_in_extras": "",
+    # whatever exits the child early
+    "exit_at_import": "import os\nos._exit(0)\n",
+}
 
+
+def attack_copy(student, tmp, name):
+    d = tmp / name
+    shutil.copytree(student, d)
+    p = d / "advantage.py"
+    p.write_text(p.read_text() + "\n" + ATTACKS[name])
+    if name == "hand_in_extras":
+        (d / "sitecustomize.py").write_text("import json\nprint('all passed')\n")
+        (d / "assignments" / "expected.json").write_text(json.dumps({"checks": {}, "results": {}}))
+    return d
+
+
+def test_gaming_attempts_score_at_most_one_point(student, tmp_path):
+    with ThreadPoolExecutor(2) as pool:
+        reports = dict(zip(ATTACKS, pool.map(lambda n: grade_dir(attack_copy(student, tmp_path, n), tmp_path),
+                                             ATTACKS)))
+    assert {n: r["total"][0] for n, r in reports.items()} == {n: 0 for n in ATTACKS}
+
+
+def test_syntax_error_raise_and_hang_at_import_end_in_a_total_line(student, tmp_path):
+    cases = {"syntax": "def broken(:\n", "raises": "raise RuntimeError('at import')\n",
+             "hangs": "while True:\n    pass\n"}
+
+    def one(item):
+        name, code = item
+        d = tmp_path / name
+        shutil.copytree(student, d)
+        p = d / "advantage.py"
+        p.write_text(p.read_text() + code)
+        return name, grade_dir(d, tmp_path, "--import_timeout", 30)
+    with ThreadPoolExecutor(2) as pool:
+        reports = dict(pool.map(one, cases.items()))
+    for name, r in reports.items():
+        assert r["total"] == [0, FULL], name
+    assert "SyntaxError" in reports["syntax"]["problems"]["group_advantages"]["failed"][0]
+    assert "RuntimeError: at import" in reports["raises"]["problems"]["pass_at_k"]["failed"][0]
+    assert "took over 30" in reports["hangs"]["problems"]["pass_at_k"]["failed"][0]
+
+
+def test_json_over_a_users_file_is_refused(tmp_path):
+    mine = tmp_path / "grades.json"
+    mine.write_text("my notes")
+    r = run(ROOT / "assignments" / "grade.py", ROOT, "--json", mine)
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "--json" in r.stderr, r.stderr
+    assert mine.read_text() == "my notes"
+
+
+# -----------------------------------------------------------------------------
+# The student copy
 
 def test_copy_holds_tracked_files_only_with_stubs_and_agents_md(student):
     agents = (student / "AGENTS.md").read_text()
@@ -240,9 +397,8 @@ def test_copy_holds_tracked_files_only_with_stubs_and_agents_md(student):
     assert not any((student / p).exists() for p in (".git", "out", "runs", ".venv"))
     copied = {str(p.relative_to(student)) for p in student.rglob("*") if p.is_file()}
     tracked = set(subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True).stdout.split())
-    assert copied - tracked == {"AGENTS.md"}
-    assert "assignments/grade.py" in copied and "assignments/expected.json" in copied
-    # the leak check make_student_copy ran has something to look for
+    assert copied - tracked == {"AGENTS.md", "assignments/release.json"}
+    assert set(json.loads((student / "assignments" / "release.json").read_text())["files"]) == copied
     assert len(make_student_copy.solution_lines(reference_text())) > 20
 
 
@@ -254,23 +410,42 @@ def test_copy_imports_and_fails_only_when_a_stub_is_called(student):
     assert "stub: group_advantages: your code here" in r.stdout
 
 
-@pytest.mark.parametrize("kind", ["file", "folder"])
-def test_make_student_copy_refuses_a_non_empty_dir(tmp_path, kind):
+@pytest.mark.parametrize("kind", ["file", "folder", "under_a_file"])
+def test_make_student_copy_refuses_a_taken_or_impossible_dir(tmp_path, kind):
     d = tmp_path / "taken"
-    if kind == "file":
-        d.write_text("mine")
-    else:
-        d.mkdir()
-        (d / "notes.txt").write_text("mine")
-    r = run(ROOT / "assignments" / "make_student_copy.py", d)
+    d.write_text("mine") if kind != "folder" else (d.mkdir(), (d / "notes.txt").write_text("mine"))
+    target = d / "copy" if kind == "under_a_file" else d
+    r = run(ROOT / "assignments" / "make_student_copy.py", target)
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
-    assert (d.read_text() if kind == "file" else (d / "notes.txt").read_text()) == "mine"
-    assert kind == "file" or sorted(p.name for p in d.iterdir()) == ["notes.txt"]
+    assert (d / "notes.txt" if kind == "folder" else d).read_text() == "mine"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["taken"]
+
+
+@pytest.mark.parametrize("where", ["mkdtemp", "write_bytes"])
+def test_make_student_copy_leaves_nothing_when_the_disk_fails(tmp_path, monkeypatch, capsys, where):
+    """A read-only mount fails at the temporary folder, a full disk in the middle of the copy: one
+    line, exit 1 or 2, and nothing left that a rerun would refuse."""
+    calls = []
+
+    def fail(*args, **kwargs):
+        calls.append(1)
+        if where == "mkdtemp" or len(calls) > 20:
+            raise OSError(errno.EROFS if where == "mkdtemp" else errno.ENOSPC,
+                          "Read-only file system" if where == "mkdtemp" else "No space left on device")
+        return real(*args, **kwargs)
+    target = make_student_copy.tempfile if where == "mkdtemp" else Path
+    real = getattr(target, where)
+    monkeypatch.setattr(target, where, fail)
+    monkeypatch.setattr(sys, "argv", ["make_student_copy.py", str(tmp_path / "copy")])
+    with pytest.raises(SystemExit) as e:
+        make_student_copy.main()
+    assert e.value.code in (1, 2)
+    assert len(capsys.readouterr().err.strip().splitlines()) == 1
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_expected_fixture_matches_the_reference():
-    r = run(ROOT / "assignments" / "make_expected.py", "--check", "true")
-    assert r.returncode == 0, r.stdout + r.stderr
+    assert (ROOT / "assignments" / "expected.json").read_text() == make_expected.public_text({"advantage": advantage})
 
 
 def test_handout_commands_use_flags_that_exist():
@@ -314,3 +489,11 @@ def test_experiment_checks_on_synthetic_runs(tmp_path):
     assert grade.check_run(tmp_path, "out/class/g0_s0", 100, **grade.CLASS)            # 80 of 100 steps
     assert grade.check_run(tmp_path, "out/class/g0_s0", 80, **dict(grade.CLASS, gamma=0.5))
     assert grade.check_eval(tmp_path, "out/class/sft_eval.json", "maze", 1024)
+
+
+def test_compare_runs_says_no_se_with_one_run_per_arm(capsys):
+    sys.path.insert(0, str(ROOT / "bench"))
+    import compare_runs
+    compare_runs.compare("eval/strict/pass@1", [0.41], [0.43])
+    out = capsys.readouterr().out
+    assert "one run per arm: no SE" in out and "nan" not in out and "DIFFER" not in out, out

@@ -1,0 +1,266 @@
+"""
+The child side of grading: import the graded modules, call them on the inputs of each check, and
+write what they returned. It decides nothing: grade.py compares the results with the reference's,
+in its own process. Also the in-process runner grade.py uses for the reference's answers.
+
+    python assignments/harness.py CHECKS RESULTS        # run by grade.py, in a throwaway folder
+
+CHECKS is a file of torch.save'd checks (make_expected.py builds them), one list per problem;
+RESULTS a folder: RESULTS/imported when the import of every graded module is done, then
+RESULTS/<problem>.pt per problem as it finishes. Values cross the process boundary as plain data
+(tensors, numbers, strings, lists, dicts; enc/dec), so grade.py reads them with weights_only=True.
+"""
+import importlib
+import inspect
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+
+
+# -----------------------------------------------------------------------------
+# Plain-data form of values: what may cross to the grader
+
+def enc(v):
+    """A returned value as plain data that keeps its kind: tensor, ndarray, tuple, list, dict, number."""
+    if isinstance(v, torch.Tensor):
+        return {"kind": "tensor", "v": v.detach().cpu().clone()}
+    if isinstance(v, np.ndarray):
+        return {"kind": "ndarray", "v": torch.from_numpy(np.array(v, copy=True))} if v.dtype != object \
+            else {"kind": "other", "v": repr(type(v))}
+    if isinstance(v, (bool, int, float, str)) or v is None:
+        return {"kind": type(v).__name__, "v": v}
+    if isinstance(v, np.generic):
+        return {"kind": "float" if isinstance(v, np.floating) else "int", "v": v.item()}
+    if isinstance(v, (tuple, list)):
+        return {"kind": type(v).__name__, "v": [enc(x) for x in v]}
+    if isinstance(v, dict):
+        return {"kind": "dict", "v": {str(k): enc(x) for k, x in v.items()}}
+    return {"kind": "other", "v": repr(type(v))}
+
+
+def dec(v):
+    """Inputs of a check back to values: {"ndarray": tensor} -> numpy, {"tuple": [...]} -> tuple."""
+    if isinstance(v, dict) and set(v) == {"ndarray"}:
+        return v["ndarray"].numpy()
+    if isinstance(v, dict) and set(v) == {"tuple"}:
+        return tuple(dec(x) for x in v["tuple"])
+    if isinstance(v, dict):
+        return {k: dec(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [dec(x) for x in v]
+    return v
+
+
+def same(a, b):
+    """Is argument a (from a call) the stored value b? Tensors within 1e-12, numbers, strings, None."""
+    if isinstance(b, torch.Tensor):
+        try:
+            a = torch.as_tensor(a).detach().to(torch.float64)
+        except (TypeError, ValueError, RuntimeError):
+            return False
+        return a.shape == b.shape and bool(torch.allclose(a, b.to(torch.float64), rtol=0, atol=1e-12))
+    if b is None or isinstance(b, str) or a is None or isinstance(a, str):
+        return a is b or (isinstance(a, str) and a == b)
+    try:
+        return abs(float(a) - float(b)) <= 1e-12 * max(1.0, abs(float(b)))
+    except (TypeError, ValueError, RuntimeError):
+        return False
+
+
+def bind(fn, args, kwargs):
+    b = inspect.signature(fn).bind(*args, **kwargs)
+    b.apply_defaults()
+    return dict(b.arguments)
+
+
+# -----------------------------------------------------------------------------
+# Stand-ins for the graded functions a function under test calls, so that each problem is graded
+# on its own: they answer with the reference's outputs (recorded by grade.py), never its code.
+
+class Memo:
+    """The recorded answer to each call the reference made; any other call goes on to the graded
+    module's own function (so a wrong call still gives a wrong result)."""
+
+    def __init__(self, fn, calls):
+        self.fn, self.calls = fn, calls
+
+    def __call__(self, *args, **kwargs):
+        a = bind(self.fn, args, kwargs)
+        for c in self.calls:
+            if all(same(a.get(k), v) for k, v in c["args"].items()):
+                return dec_out(c["out"])
+        return self.fn(*args, **kwargs)
+
+
+class Linear:
+    """A stand-in for a function linear in its first argument x, f(x, ...) = sum(x * W), W recorded
+    per call of the reference (the other arguments as stored); differentiable in x."""
+
+    def __init__(self, fn, calls):
+        self.fn, self.calls = fn, calls
+
+    def __call__(self, *args, **kwargs):
+        a = bind(self.fn, args, kwargs)
+        for c in self.calls:
+            if all(same(a.get(k), v) for k, v in c["args"].items()):
+                x = a[next(iter(a))]
+                return (x * c["W"].to(x.dtype if x.is_floating_point() else c["W"].dtype)).sum()
+        return self.fn(*args, **kwargs)
+
+
+class Spy:
+    """Records each call (arguments by name) and returns sum(x * W) for a fixed cotangent W."""
+
+    def __init__(self, fn, W):
+        self.fn, self.W, self.calls = fn, W, []
+
+    def __call__(self, *args, **kwargs):
+        a = bind(self.fn, args, kwargs)
+        self.calls.append({k: enc(v.detach() if isinstance(v, torch.Tensor) else v) for k, v in a.items()})
+        x = a[next(iter(a))]
+        return (x * self.W.to(x.dtype)).sum()
+
+
+class Recorder:
+    """The reference's function, recording each call: Memo's table, or Linear's (W = d f / d x)."""
+
+    def __init__(self, fn, linear):
+        self.fn, self.linear, self.calls = fn, linear, []
+
+    def __call__(self, *args, **kwargs):
+        a = bind(self.fn, args, kwargs)
+        first = next(iter(a))
+        stored = {k: (v.detach().clone() if isinstance(v, torch.Tensor) else v) for k, v in a.items()
+                  if not (self.linear and k == first)}
+        out = self.fn(*args, **kwargs)
+        if self.linear:
+            x = torch.zeros_like(a[first], dtype=torch.float64, requires_grad=True)
+            with torch.enable_grad():                        # the caller may be under no_grad
+                y = self.fn(x, *list(a.values())[1:])
+                W = torch.autograd.grad(y, x, allow_unused=True)[0] if y.requires_grad else None
+            self.calls.append({"args": stored, "W": torch.zeros_like(x) if W is None else W})
+        else:
+            self.calls.append({"args": stored, "out": enc(out)})
+        return out
+
+
+def dec_out(e):
+    """enc's form back to the value (what a Memo hands the caller)."""
+    kind, v = e["kind"], e["v"]
+    if kind == "tensor":
+        return v.clone()
+    if kind == "ndarray":
+        return v.numpy().copy()
+    if kind in ("tuple", "list"):
+        return (tuple if kind == "tuple" else list)(dec_out(x) for x in v)
+    if kind == "dict":
+        return {k: dec_out(x) for k, x in v.items()}
+    return v
+
+
+# -----------------------------------------------------------------------------
+
+def tensors(obj):
+    if isinstance(obj, torch.Tensor):
+        yield obj
+    elif isinstance(obj, (list, tuple)):
+        for x in obj:
+            yield from tensors(x)
+    elif isinstance(obj, dict):
+        for x in obj.values():
+            yield from tensors(x)
+
+
+def pick(out, path):
+    for i in path:
+        out = out[i] if not isinstance(out, dict) else out[i]
+    return out
+
+
+def run_check(modules, check, record=False):
+    """Run one check: {"call": "module.function", "args", "kwargs", "grad": [input names], "grad_of":
+    index path into the output, "memo" / "linear": {name: calls}, "spy": {name: W}}. With record=True
+    (the reference, in grade.py) the stand-ins of "memo" / "linear" record the calls instead, and the
+    tables are returned. Returns (result, tables)."""
+    mod_name, fn_name = check["call"].split(".")
+    mod = modules[mod_name]
+    args, kwargs = dec(check.get("args", [])), dec(check.get("kwargs", {}))
+    fn = getattr(mod, fn_name)
+    names = list(inspect.signature(fn).parameters)
+    for i, a in enumerate(args):
+        if names[i] in check.get("grad", ()):
+            args[i] = a.clone().requires_grad_(True)
+    for k in check.get("grad", ()):
+        if k in kwargs:
+            kwargs[k] = kwargs[k].clone().requires_grad_(True)
+    before = [t.detach().clone() for t in tensors([args, kwargs])]
+    saved, stand_ins = {}, {}
+    for kind in ("memo", "linear"):
+        for name, calls in check.get(kind, {}).items():
+            saved[name] = getattr(mod, name)
+            stand_ins[name] = Recorder(saved[name], kind == "linear") if record else \
+                (Memo if kind == "memo" else Linear)(saved[name], calls)
+    for name, W in check.get("spy", {}).items():
+        saved[name] = getattr(mod, name)
+        stand_ins[name] = Spy(saved[name], W)
+    result = {}
+    try:
+        for name, s in stand_ins.items():
+            setattr(mod, name, s)
+        try:
+            out = fn(*args, **kwargs)
+        except Exception as e:  # noqa: BLE001: any exception is the student's result
+            result["error"] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300]
+            return result, {}
+        result["out"] = enc(out)
+        if check.get("grad"):
+            inputs = {n: a for n, a in zip(names, args)} | kwargs
+            y = pick(out, check.get("grad_of", []))
+            grads = {}
+            for n in check["grad"]:
+                x = inputs[n]
+                g = None
+                if isinstance(y, torch.Tensor) and y.requires_grad:
+                    cot = torch.randn(y.shape, generator=torch.Generator().manual_seed(11), dtype=torch.float64)
+                    (g,) = torch.autograd.grad((y * cot.to(y.dtype)).sum(), x, retain_graph=True, allow_unused=True)
+                grads[n] = torch.zeros_like(x) if g is None else g
+            result["grads"] = enc(grads)
+        result["mutated"] = not all(torch.equal(a, b) or (a.shape == b.shape and bool(
+            torch.isclose(a.double(), b.double(), equal_nan=True, rtol=0, atol=0).all()))
+            for a, b in zip((t.detach() for t in tensors([args, kwargs])), before))
+        result["spied"] = {name: s.calls for name, s in stand_ins.items() if isinstance(s, Spy)}
+        tables = {kind: {name: stand_ins[name].calls for name in check.get(kind, {})} for kind in ("memo", "linear")}
+        return result, tables if record else {}
+    except Exception as e:  # noqa: BLE001: a gradient that fails, or outputs that do not encode
+        result = {"error": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300]}
+        return result, {}
+    finally:
+        for name, fn0 in saved.items():
+            setattr(mod, name, fn0)
+
+
+def main(checks_file, results):
+    results = Path(results)
+    checks = torch.load(checks_file, weights_only=True)
+    modules, failed = {}, {}
+    for name in sorted({c["call"].split(".")[0] for cs in checks.values() for c in cs}):
+        try:
+            modules[name] = importlib.import_module(name)
+        except Exception as e:  # noqa: BLE001: a syntax error or a raise at import costs its problems only
+            failed[name] = f"importing {name}.py failed: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300]
+    (results / "imported").write_text("ok\n")
+    for pid, cs in checks.items():
+        out = []
+        for c in cs:
+            torch.manual_seed(0)
+            mod = c["call"].split(".")[0]
+            out.append({"error": failed[mod]} if mod in failed else run_check(modules, c)[0])
+        torch.save(out, results / f".{pid}.tmp")
+        (results / f".{pid}.tmp").rename(results / f"{pid}.pt")
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(Path.cwd()))
+    main(*sys.argv[1:3])

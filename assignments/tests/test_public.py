@@ -1,0 +1,29 @@
+"""
+The public checks of each problem (assignments/expected.json), run in this process on your graded
+functions and judged as grade.py judges them. The teacher's grading adds hidden checks of the same
+kinds on other numbers, so passing these is necessary, not sufficient.
+
+    python -m pytest -q assignments/tests                        # every problem
+    python -m pytest -q assignments/tests -k group_advantages    # one problem, with each failing check
+"""
+import sys
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent))
+import advantage  # noqa: E402
+import grade  # noqa: E402
+import harness  # noqa: E402
+from problems import PROBLEMS  # noqa: E402
+
+CHECKS, RESULTS = grade.public_checks()
+
+
+@pytest.mark.parametrize("pid", [pid for pid, *_ in PROBLEMS])
+def test_public_checks(pid):
+    got = [harness.run_check({"advantage": advantage}, c)[0] for c in CHECKS[pid]]
+    failed = [m for c, want, g in zip(CHECKS[pid], RESULTS[pid], got) if (m := grade.judge(c, want, g, got))]
+    assert not failed, f"{len(failed)} of {len(got)} checks fail:\n" + "\n".join(failed[:10])
