@@ -145,7 +145,7 @@ def curves(runs, sft, cfg):
                     continue
                 vals = np.array([[s[t] for t in steps] for s in series])
                 ax = axes[row, col]
-                ax.plot(steps, 100 * vals.mean(0), color=color, marker="." if k else None, label=f"{ARMS.get(gamma, gamma)} ({len(series)} seeds)")
+                ax.plot(steps, 100 * vals.mean(0), color=color, marker="." if k else None, label=f"{ARMS.get(gamma, gamma)} ({len(series)} seed{'s' * (len(series) > 1)})")
                 ax.fill_between(steps, 100 * vals.min(0), 100 * vals.max(0), color=color, alpha=0.2)
                 ax.set(ylabel=["train reward (%)", f"held-out {rule} pass@1 (%)", f"held-out {rule} pass@64 (%)"][row])
         axes[0, col].set_title(f"N = {N}")
@@ -164,6 +164,7 @@ def against_n(runs, sft, cfg):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     fig, axes = plt.subplots(1, 3, figsize=(12, 3.6), squeeze=False)
+    n = next((r["eval"]["n"] for seeds in runs.values() for r in seeds.values() if r["eval"] is not None), "n")
     for col, k in enumerate((1, 64, "n")):
         ax = axes[0, col]
         for gamma in sorted({g for _, g in runs}):
@@ -179,7 +180,8 @@ def against_n(runs, sft, cfg):
         if sft is not None:
             rule = sft["rule"]
             ax.axhline(-math.log(sft[rule][sft["n"] if k == "n" else k]), color="gray", ls="--", label="SFT warm start")
-        ax.set(xscale="log", xlabel="group size N", ylabel=f"-log pass@{k}", title=f"pass@{k}, final policies")
+        K = n if k == "n" else k
+        ax.set(xscale="log", xlabel="group size N", ylabel=f"-log pass@{K}", title=f"pass@{K}, final policies")
         ax.legend(fontsize=8)
     fig.tight_layout()
     Path(cfg.figure_n).parent.mkdir(parents=True, exist_ok=True)
