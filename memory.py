@@ -37,6 +37,7 @@ activations are freed. The vLLM CUDA terms (repeat_kv, mask bias) are read from 
 only on the CPU.
 """
 import functools
+import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,11 +46,14 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM
 
 import rollout
+from common import check
 
 GiB = 1 << 30
 CHUNK_BYTES = rollout.CHUNK_BYTES  # policy_logp's (chunk, V) fp32 temporaries
 ENGINE_MAX_BATCH = 512          # TorchEngine's max_batch_size (rows sampled per forward)
 CUDA_RUNTIME_GIB = 1.5          # CUDA context, NCCL buffers, cuBLAS workspace: an estimate, per rank
+VLLM_OVERHEAD_GIB = 2.0         # vLLM's share less weights and KV: profiling activations, CUDA graphs (estimate)
+GPUS_PER_NODE = 8               # ranks per node, for host RAM per node
 MATH_PROMPTS = 39_202           # DeepScaleR: the math run exports once per epoch of these
 
 
@@ -59,7 +63,44 @@ MATH_PROMPTS = 39_202           # DeepScaleR: the math run exports once per epoc
 @functools.lru_cache(maxsize=None)
 def model_info(folder):
     """Parameter counts and shapes of the model in `folder` (a config.json is all it reads)."""
-    return config_info(AutoConfig.from_pretrained(folder))
+    return config_info(load_config(folder))
+
+
+# Bounds a plan accepts, far beyond any published model: a config past them is a typo or damage, and a
+# meta build of 2,000,000 layers would run for minutes while memory grows.
+CONFIG_BOUNDS = dict(hidden_size=1 << 17, intermediate_size=1 << 20, num_attention_heads=1 << 12,
+                     num_hidden_layers=1000, vocab_size=1 << 24)
+
+
+def load_config(folder):
+    """The transformers config of `folder`'s config.json, or ValueError in one line naming the file and
+    what is wrong with it: not JSON, not an object, a type transformers does not know or that is no
+    causal LM, or a size outside CONFIG_BOUNDS (zero heads, a negative vocabulary, ...)."""
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+    path = Path(folder) / "config.json"
+    try:
+        raw = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise ValueError(f"{path}: not a readable JSON file ({type(e).__name__}: {str(e).splitlines()[0][:120]})")
+    check(isinstance(raw, dict) and "model_type" in raw,
+          f"{path}: expected a JSON object with a model_type, got {json.dumps(raw)[:60]}")
+    try:
+        config = AutoConfig.from_pretrained(folder)
+    except Exception as e:                          # transformers' own message, first line
+        raise ValueError(f"{path}: transformers cannot read it ({type(e).__name__}: {str(e).splitlines()[0][:160]})")
+    check(config.model_type in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
+          f"{path}: model_type {config.model_type!r} is not a causal language model")
+    text = config.get_text_config()
+    for name, high in CONFIG_BOUNDS.items():
+        v = getattr(text, name, None)
+        check(isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= high,
+              f"{path}: {name} {v!r}: expected an integer in [1, {high:,}]")
+    kv = getattr(text, "num_key_value_heads", None) or text.num_attention_heads
+    check(isinstance(kv, int) and 1 <= kv and text.num_attention_heads % kv == 0,
+          f"{path}: num_key_value_heads {kv!r}: must divide num_attention_heads {text.num_attention_heads}")
+    check(getattr(text, "head_dim", None) or text.hidden_size % text.num_attention_heads == 0,
+          f"{path}: hidden_size {text.hidden_size} is not a multiple of num_attention_heads {text.num_attention_heads}")
+    return config
 
 
 def config_info(config):
@@ -147,20 +188,29 @@ class Plan:
     largest: Row             # the largest part of the peak phase
     micro_batch: dict        # rows, row_len, tokens, completion_tokens, checkpointing
     params: dict             # total, root, block, layers, tied
-    host_gib: float          # host RAM per rank the engine needs (vLLM asleep: its bf16 weights)
+    host_gib: float          # host RAM per rank the engine needs (vLLM asleep at level 1: its pinned backup)
     disk: dict = field(default_factory=dict)    # GiB, whole run: checkpoint, checkpoints, export, exports
+    host: dict = field(default_factory=dict)    # GiB: per_rank, startup (rank 0's one fp32 load), node
+    kv: dict = field(default_factory=dict)      # KV-cache tokens one rank holds against the step's worst case
 
 
-def micro_batch_shape(cfg):
-    """(rows, row length, sequences per row) of the largest micro-batch: train.micro_batches packs whole
-    rows while they hold <= micro_batch_size sequences and <= micro_batch_tokens padded tokens; a row
-    over the token budget goes alone. With share_prompts a row is a group: one prompt, N completions."""
+def micro_batch_shapes(cfg, lengths=None):
+    """The micro-batches train.micro_batches can make, as (rows, padded row length, sequences per row),
+    one per row count: it packs whole rows while they hold <= micro_batch_size sequences and <=
+    micro_batch_tokens padded tokens (rows x the longest row), and a row over the budget goes alone.
+    So r rows are at most min(row_len, micro_batch_tokens // r) long: 1 x 9,216, 2 x 8,192, ...,
+    8 x 2,048 at the 7B's defaults, the first unpadded and the others with a padding mask; plan takes
+    the largest. With share_prompts a row is a group: one prompt, N completions. lengths: (prompt,
+    response) tokens, by default --max_prompt_len and --max_response_len (train.plan_lengths)."""
+    prompt, response = lengths or (cfg.max_prompt_len, cfg.max_response_len)
     per_row = cfg.group_size if cfg.share_prompts else 1
-    row_len = cfg.max_prompt_len + per_row * cfg.max_response_len
-    rows = max(1, cfg.micro_batch_size // per_row)
-    if cfg.micro_batch_tokens:
-        rows = max(1, min(rows, cfg.micro_batch_tokens // row_len))
-    return rows, row_len, per_row
+    row_len = prompt + per_row * response
+    shapes = []
+    for rows in range(1, max(1, cfg.micro_batch_size // per_row) + 1):
+        T = min(row_len, cfg.micro_batch_tokens // rows) if cfg.micro_batch_tokens and rows > 1 else row_len
+        if T >= 2:                                           # a prompt token and a completion token
+            shapes.append((rows, T, per_row))
+    return shapes
 
 
 def checkpointing_on(cfg, device):
@@ -173,10 +223,12 @@ def engine_kind(cfg, device):
     return cfg.engine if cfg.engine != "auto" else ("vllm" if device == "cuda" else "torch")
 
 
-def plan(cfg, world, gpu_memory_gb=80.0, config=None):
+def plan(cfg, world, gpu_memory_gb=80.0, config=None, lengths=None):
     """The memory plan of `cfg` (a train.Config or anything with its fields) on `world` ranks of
     gpu_memory_gb GiB each (torch.cuda.get_device_properties(0).total_memory / 2**30). The model is
-    cfg.model's config.json, or `config` (a transformers config) when given."""
+    cfg.model's config.json (load_config: ValueError in one line if it is not a sane causal LM's),
+    or `config` (a transformers config) when given. lengths: the task's (prompt, response) tokens,
+    by default --max_prompt_len and --max_response_len (math's; train.plan_lengths has the others')."""
     m = config_info(config) if config is not None else \
         model_info(str(Path(cfg.model).resolve()) if Path(cfg.model).is_dir() else cfg.model)
     config, P, W = m["config"], m["total"], world
@@ -185,9 +237,7 @@ def plan(cfg, world, gpu_memory_gb=80.0, config=None):
     d = 2 if device == "cuda" else 4                       # compute dtype bytes
     mixed = device == "cuda"
     ckpt = checkpointing_on(cfg, device)
-    rows_, row_len, per_row = micro_batch_shape(cfg)
-    tokens, completion = rows_ * row_len, rows_ * per_row * cfg.max_response_len
-    masked = rows_ > 1 or cfg.share_prompts                # one unpadded row: causal, no mask
+    Lp, Lr = lengths or (cfg.max_prompt_len, cfg.max_response_len)
     units = m["root"] + 2 * m["block"]                     # unsharded at once: root + current + prefetch
     g = lambda b: b / GiB                                  # noqa: E731
     R = []
@@ -205,18 +255,31 @@ def plan(cfg, world, gpu_memory_gb=80.0, config=None):
     row("unsharded units (params + grads)", 0, d * units + (d * m["root"] + (d + 4 * mixed) * m["block"]), 0,
         f"root {m['root'] / 1e6:.0f}M ({'tied' if m['tied'] else 'untied'}) + 2 blocks of "
         f"{m['block'] / 1e6:.0f}M in {'bf16' if mixed else 'fp32'}; root + 1 block of grads", step_b=0)
-    per_tok = activation_bytes_per_token(config, d, ckpt, mask_len=row_len if masked else 0,
-                                         repeat_kv=masked and mixed)
-    final_norm = (4 + d) * m["h"]                           # its fp32 copy and cast, all positions
-    mask = rows_ * row_len ** 2 if masked else 0            # the bool (rows, 1, T, T) mask, once
-    # backward through one layer: the gradients of its MLP intermediates and of the hidden state
-    backward = 3 * d * m["I"] + 2 * d * m["h"]
-    row("activations", 0, tokens * (per_tok + final_norm + backward) + mask, 0,
-        f"{rows_} x {row_len} tokens, {(per_tok + final_norm + backward) / 2**20:.2f} MiB/token, checkpointing "
-        f"{'on' if ckpt else 'off'}", "--micro_batch_tokens" if ckpt else "--grad_checkpointing true", step_b=0)
     V, h = m["V"], m["h"]
-    chunk = min(CHUNK_BYTES, completion * V * 4 * rollout.CHUNK_TEMPS)   # z and p, (chunk, V) fp32
-    head = chunk + 2 * completion * h * d                  # dW is the head's gradient: counted above
+
+    def update_bytes(rows_, row_len, per_row):
+        """(activations, head, per-token bytes, chunk, completion tokens) of one micro-batch shape."""
+        masked = rows_ > 1 or cfg.share_prompts            # one unpadded row: causal, no mask
+        per_tok = activation_bytes_per_token(config, d, ckpt, mask_len=row_len if masked else 0,
+                                             repeat_kv=masked and mixed)
+        final_norm = (4 + d) * h                            # its fp32 copy and cast, all positions
+        mask = rows_ * row_len ** 2 if masked else 0        # the bool (rows, 1, T, T) mask, once
+        # backward through one layer: the gradients of its MLP intermediates and of the hidden state
+        per_tok += final_norm + 3 * d * m["I"] + 2 * d * h
+        completion = rows_ * min(per_row * Lr, row_len - 1)    # every row holds >= 1 prompt token
+        chunk = min(CHUNK_BYTES, completion * V * 4 * rollout.CHUNK_TEMPS)   # z and p, (chunk, V) fp32
+        head = chunk + 2 * completion * h * d              # dW is the head's gradient: counted above
+        return rows_ * row_len * per_tok + mask, head, per_tok, chunk, completion
+
+    shapes = micro_batch_shapes(cfg, (Lp, Lr))
+    rows_, row_len, per_row = max(shapes, key=lambda s: sum(update_bytes(*s)[:2]))   # the largest
+    act, head, per_tok, chunk, completion = update_bytes(rows_, row_len, per_row)
+    tokens = rows_ * row_len
+    span = f"{shapes[0][0]} x {shapes[0][1]} .. {shapes[-1][0]} x {shapes[-1][1]}"
+    row("activations", 0, act, 0,
+        f"{rows_} x {row_len} padded tokens (the largest of {span}), {per_tok / 2**20:.2f} MiB/token, "
+        f"checkpointing {'on' if ckpt else 'off'}",
+        "--micro_batch_tokens" if ckpt else "--grad_checkpointing true", step_b=0)
     row("log-prob head (policy_logp)", 0, head, 0,
         f"{g(chunk):.2f} GiB chunks + {completion} completion hidden states and their grads", "--micro_batch_tokens",
         step_b=0)
@@ -229,19 +292,29 @@ def plan(cfg, world, gpu_memory_gb=80.0, config=None):
         share = cfg.gpu_memory_utilization * gpu_memory_gb * GiB if mixed else 0
         row("rollout engine (vLLM)", share, 0, 2 * P, f"{cfg.gpu_memory_utilization:.2f} of the device sampling; "
             "asleep in the update; bf16 weights in the sync", "--gpu_memory_utilization")
-        host = 2 * P if mixed else 0
+        level = getattr(cfg, "vllm_sleep_level", 2)
+        host = vllm_pinned_bytes(m) if mixed and level == 1 else 0
+        kv_tok = rollout.kv_bytes_per_token(config, torch.bfloat16 if mixed else torch.float32)
+        kv_tokens = max(0, share - 2 * P - VLLM_OVERHEAD_GIB * GiB) // kv_tok if mixed else 0
     else:
         weights = 2 * P if mixed else 4 * P
         b = min(ENGINE_MAX_BATCH, rank_rows)                # rows per engine forward
         prompts = max(1, b // cfg.group_size)
         kv_tok = rollout.kv_bytes_per_token(config, torch.bfloat16 if mixed else torch.float32)
-        kv = min(cfg.kv_cache_gb * GiB, kv_tok * (prompts * cfg.max_prompt_len + b * cfg.max_response_len))
+        kv = min(cfg.kv_cache_gb * GiB, kv_tok * (prompts * Lp + b * Lr))
         sampling = b * V * (4 + 8)                          # fp32 logprobs + float64 cdf
-        prefill = prompts * cfg.max_prompt_len * (3 * m["I"] + 4 * h) * d   # one layer's MLP, transient
+        prefill = prompts * Lp * (3 * m["I"] + 4 * h) * d   # one layer's MLP, transient
         row("rollout engine (TorchEngine)", weights + kv + max(sampling, prefill), weights, weights,
             f"unsharded {'bf16' if mixed else 'fp32'} weights always; KV {g(kv):.1f} GiB, sampling/prefill "
             "while it samples", "--kv_cache_gb")
-        host = 0
+        host, level = 0, None
+        kv_tokens = cfg.kv_cache_gb * GiB // kv_tok
+    # the KV cache against the step's worst case: every row of this rank's share at full length
+    kv_info = dict(tokens=int(kv_tokens), worst_tokens=rank_rows * (Lp + Lr), rows=rank_rows,
+                   rows_at_once=int(min(rank_rows, kv_tokens // (Lp + Lr))))
+    ranks_per_node = min(W, GPUS_PER_NODE)
+    host_info = dict(per_rank=g(host), sleep_level=level, ranks_per_node=ranks_per_node, startup=g(4 * P),
+                     node=g(max(4 * P, host * ranks_per_node)))
     # the sync gathers full tensors in the engine's dtype, in ~1 GiB buckets; a larger one travels alone
     row("weight-sync bucket", 0, 0, max(GiB, d * V * h), f"full {'bf16' if mixed else 'fp32'} tensors, one bucket")
     if mixed:
@@ -263,7 +336,20 @@ def plan(cfg, world, gpu_memory_gb=80.0, config=None):
     return Plan(str(cfg.model), W, device, engine, R, phases, peak, peak_phase, float(gpu_memory_gb),
                 peak <= gpu_memory_gb, largest,
                 dict(rows=rows_, row_len=row_len, tokens=tokens, completion_tokens=completion, checkpointing=ckpt),
-                {k: m[k] for k in ("total", "root", "block", "layers", "tied")}, g(host), disk)
+                {k: m[k] for k in ("total", "root", "block", "layers", "tied")}, g(host), disk, host_info, kv_info)
+
+
+def vllm_pinned_bytes(m):
+    """Host RAM one sleeping vLLM takes at sleep level 1: a pinned copy of each of its device blocks,
+    and torch's pinned-memory allocator rounds every block up to a power of two. vLLM 0.32's blocks
+    are its weight tensors in its own fused layout (qkv_proj, gate_up_proj), each rounded up to the
+    CUDA allocator's 2 MiB pages first; the small ones (norms, biases) are counted as they are."""
+    H, KV, hd, h, I, V = m["H"], m["KV"], m["hd"], m["h"], m["I"], m["V"]
+
+    def pow2(b):            # a large block: 2 MiB pages, then the next power of two; a small one as it is
+        return 1 << math.ceil(math.log2(-(-b // (2 << 20)) * (2 << 20))) if b > 10 << 20 else b
+    layer = sum(pow2(2 * n) for n in ((H + 2 * KV) * hd * h, H * hd * h, 2 * I * h, I * h))
+    return m["layers"] * layer + pow2(2 * V * h) * (1 if m["tied"] else 2)
 
 
 def format_plan(p):
@@ -277,9 +363,19 @@ def format_plan(p):
                      + (f" [{r.flag}]" if r.flag else ""))
     lines.append(f"{'total':36s} " + " ".join(f"{p.phases[k]:8.2f}" for k in PHASES)
                  + f"  peak: {p.peak_phase}")
-    if p.host_gib:
-        lines.append(f"host RAM: {p.host_gib:.1f} GiB per rank for the sleeping vLLM's weights "
-                     f"({p.host_gib * p.world:.0f} GiB for {p.world} ranks)")
+    hs, kv = p.host, p.kv
+    if hs:
+        asleep = ("no backup at sleep level 2 (the sync rewrites every weight)" if hs["sleep_level"] == 2 else
+                  f"{hs['per_rank']:.1f} GiB per rank, the sleeping vLLM's pinned backup (level 1: each block "
+                  "rounded up to a power of two)" if hs["sleep_level"] == 1 else "no engine backup (TorchEngine)")
+        lines.append(f"host RAM: {asleep}; at start-up rank 0 alone reads the fp32 weights, {hs['startup']:.1f} GiB; "
+                     f"per node of {hs['ranks_per_node']} ranks: {hs['node']:.1f} GiB at most")
+    if kv and kv["tokens"]:
+        lines.append(f"KV cache: {kv['tokens']:,} tokens per rank ({'vLLM, estimated' if p.engine == 'vllm' else '--kv_cache_gb'})"
+                     f" against the step's worst case {kv['worst_tokens']:,} ({kv['rows']} rows at full length): "
+                     + ("all rows at once" if kv["rows_at_once"] >= kv["rows"] else
+                        f"at worst {kv['rows_at_once']} rows at once, the rest wait"
+                        + (" or are preempted and recomputed" if p.engine == "vllm" else " for a later batch")))
     dk = p.disk
     lines.append(f"disk: checkpoint {dk['checkpoint']:.1f} GiB (12 B/param), up to {dk['checkpoints']:.1f} GiB "
                  f"kept while the newest is written; exports {dk['exports']} x {dk['export']:.1f} GiB = "

@@ -42,6 +42,7 @@ Deviations from the paper that live here, numbered as in the README's list:
 5) Old log-probs are recomputed by the trainer; with one mini-batch per step the update is exactly
    on-policy, so we reuse the first forward pass (ratio == 1) instead of a second one.
 """
+import contextlib
 import dataclasses
 import gc
 import importlib.util
@@ -60,7 +61,7 @@ import torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 import transformers
-from transformers import AutoModelForCausalLM, Qwen2Config, Qwen2ForCausalLM
+from transformers import AutoConfig, AutoModelForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
 import checkpoint
 import maze
@@ -183,12 +184,28 @@ class Config:
         check(self.maze_size == 0 or (self.maze_size % 2 == 1 and maze.MIN_SIZE <= self.maze_size <= 17),
               f"--maze_size {self.maze_size}: expected 0 or an odd number in [{maze.MIN_SIZE}, 17]")
         self.check_task_flags()
+        self.check_flags_act()
         if self.plan:               # a plan needs the model's config.json and nothing else
             check(Path(self.model, "config.json").is_file(), f"--model {self.model}: --plan needs a folder "
                   "with a config.json (e.g. ../shared/data/models/qwen2.5-7b)")
             return
         self.check_inputs()
         check_out_dir(self.out_dir, "--out_dir", known=TRAIN_OUTPUTS)
+
+    def check_flags_act(self):
+        """A flag set to a value that cannot act in this run is refused, never recorded in run.json as
+        if it had acted (--ds_grpo true --gamma 1 trained exactly as --gamma 0)."""
+        idle = {"gamma": self.ds_grpo and "--ds_grpo true weights no advantage by (1 - mu_hat)^gamma",
+                "norm_std": self.ds_grpo and "--ds_grpo true always divides by the population std",
+                "dual_clip": self.loss == "cispo" and "--loss cispo has no dual clip (Eqs. 15-16)",
+                "eval_every": self.eval_mazes == 0 and "--eval_mazes 0 evaluates nothing",
+                "eval_samples": self.eval_mazes == 0 and "--eval_mazes 0 evaluates nothing",
+                "nproc": not self.plan and "only --plan true reads it (a run uses its own world size)",
+                "gpu_memory_gb": not self.plan and "only --plan true reads it (a run reads its device's)"}
+        for name, why in idle.items():
+            value = getattr(self, name)
+            check(not why or value == type(self).__dataclass_fields__[name].default,
+                  f"--{name} {value}: {why}; leave it out")
 
     @staticmethod
     def choices():
@@ -268,7 +285,10 @@ def make_task(cfg, tokenizer, model_type):
 
 def main(cfg):
     if cfg.plan:                          # --plan true: the memory plan for these flags, nothing else
-        plan = memory.plan(cfg, cfg.nproc, cfg.gpu_memory_gb)
+        problems = batch_problems(cfg, cfg.nproc)         # a world size the real run would refuse
+        if problems:
+            refuse(problems[0].replace("the world size", "--nproc"))
+        plan = make_plan(cfg, cfg.nproc, cfg.gpu_memory_gb)
         print(memory.format_plan(plan))
         if not plan.fits:
             refuse(memory.verdict(plan))
@@ -280,7 +300,7 @@ def main(cfg):
         torch.set_num_threads(cfg.threads)
     rank, world, device = init_dist(cfg.device)
     if device.type == "cuda" and cfg.model != "tiny":   # the same plan, with this run's world and device
-        plan = memory.plan(cfg, world, torch.cuda.get_device_properties(device).total_memory / 2**30)
+        plan = make_plan(cfg, world, torch.cuda.get_device_properties(device).total_memory / 2**30)
         if not plan.fits:
             dist.destroy_process_group()
             refuse(memory.verdict(plan))
@@ -665,13 +685,18 @@ def load_tokenizer(cfg):
     return reward.load_tokenizer(cfg.tokenizer or cfg.model)
 
 
-def load_model(cfg, tokenizer, dtype=torch.float32):
+def load_model(cfg, tokenizer, dtype=torch.float32, meta=False):
     """The policy as a transformers model, computing attention with rollout.attention (SDPA without
-    copying the KV heads on the CPU; transformers' own SDPA on GPU)."""
+    copying the KV heads on the CPU; transformers' own SDPA on GPU). meta=True: the same model on the
+    meta device, from its config alone (no weights read, nothing allocated)."""
     if cfg.model == "tiny":                           # a random policy for tests and smoke runs
         torch.manual_seed(cfg.seed)                   # same init on every rank
         own = None if cfg.tokenizer else TASKS[cfg.task].model     # the task's, made for its own tokenizer
-        model = (own() if own else tiny_qwen(len(tokenizer))).to(dtype)
+        with torch.device("meta") if meta else contextlib.nullcontext():
+            model = (own() if own else tiny_qwen(len(tokenizer))).to(dtype)
+    elif meta:
+        with torch.device("meta"):
+            model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(cfg.model), dtype=dtype)
     else:
         model = AutoModelForCausalLM.from_pretrained(cfg.model, dtype=dtype)
     return use_attention(model)
@@ -703,27 +728,59 @@ def shard(model, device):
     return model
 
 
+def shard_from_rank0(model, full, device):
+    """Shard `model` (built on the meta device, as every rank builds it) and fill it with the weights
+    of `full`, the model rank 0 alone loaded (None on the other ranks): each rank receives its shard
+    by broadcast (set_model_state_dict's broadcast_from_rank0), so a node holds one full fp32 copy at
+    start-up instead of one per rank (8 x 28 GiB for the 7B). The buffers no state dict holds (the
+    rotary inv_freq) are broadcast from rank 0's too."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+    model = shard(model, device)
+    model.to_empty(device=device)
+    set_model_state_dict(model, full.state_dict() if full is not None else {},
+                         options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True))
+    with torch.no_grad():
+        for name, b in model.named_buffers():
+            if full is not None:
+                b.copy_(full.get_buffer(name))
+            dist.broadcast(b, 0)
+    return model
+
+
 def build(cfg, tokenizer, pad, device, load=load_model):
-    """(policy sharded, reference sharded or None, rollout engine, optimizer). Each copy of the model
-    comes from load(cfg, tokenizer, dtype): load_model here, a random-init builder in bench/gpu_check.py."""
-    model = load(cfg, tokenizer, torch.float32)
+    """(policy sharded, reference sharded or None, rollout engine, optimizer), the engine already
+    synced to the policy. The model comes from load(cfg, tokenizer, dtype, meta): load_model here, a
+    random-init builder in bench/gpu_check.py. Weights are read once, by rank 0 (shard_from_rank0);
+    every other copy is built on the meta device and filled from that one: the policy's shards, the
+    reference's, and the engine's weights, which the sync writes (vLLM loads "dummy" weights: random,
+    never read from disk, all of them rewritten, as after a level-2 sleep)."""
+    full = load(cfg, tokenizer, torch.float32) if dist.get_rank() == 0 else None
+    model = load(cfg, tokenizer, torch.float32, meta=True)
     # The engine holds its own unsharded copy of the policy (bf16 on GPU), refreshed every step.
     engine_dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     kind = memory.engine_kind(cfg, device.type)
-    engine = make_engine(kind, cfg.model, pad_token_id=pad, device=device, dtype=engine_dtype,
-                         model=load(cfg, tokenizer, engine_dtype) if kind == "torch" else None,
+    engine_model = load(cfg, tokenizer, engine_dtype, meta=True).to_empty(device=device) if kind == "torch" else None
+    engine = make_engine(kind, cfg.model, pad_token_id=pad, device=device, dtype=engine_dtype, model=engine_model,
                          kv_cache_bytes=int(cfg.kv_cache_gb * 2**30),
                          gpu_memory_utilization=cfg.gpu_memory_utilization, seed=cfg.seed,
                          enforce_eager=cfg.enforce_eager or None, sleep_level=cfg.vllm_sleep_level,
+                         **({"load_format": "dummy"} if kind == "vllm" else {}),
                          max_model_len=cfg.max_prompt_len + cfg.max_response_len)
     if kind == "vllm":
         print0(engine.describe())     # which runner, compile mode and sleep level ran: the first thing to check
-    ref_model = shard(load(cfg, tokenizer, torch.float32), device).eval() if cfg.kl_coef > 0 else None
+    ref_model = (shard_from_rank0(load(cfg, tokenizer, torch.float32, meta=True), full, device).eval()
+                 if cfg.kl_coef > 0 else None)
     if memory.checkpointing_on(cfg, device.type):
         # Non-reentrant: the reentrant variant needs inputs that require grad and fights FSDP's hooks.
         # It acts only in training mode, which rl_step sets for the update (model.train()).
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    model = shard(model, device)
+    model = shard_from_rank0(model, full, device)
+    del full
+    if engine_model is not None:                # buffers are in no sync: the policy's rotary tables
+        with torch.no_grad():
+            for name, b in engine_model.named_buffers():
+                b.copy_(model.get_buffer(name))
+    sync_weights(model, engine)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(cfg.adam_beta1, cfg.adam_beta2),
                             weight_decay=cfg.weight_decay)
     return model, ref_model, engine, opt
@@ -772,6 +829,27 @@ def check_engine_flags(cfg):
         if value != Config.__dataclass_fields__[name].default and (kind, device) != ("vllm", "cuda"):
             refuse(f"--{name} {value}: acts only on vLLM on CUDA, and this run samples with --engine {kind} "
                    f"on {device}; leave it out")
+
+
+def plan_lengths(cfg):
+    """(prompt, response) tokens of the task's rows, for the memory plan: math's are its flags; a task
+    with its own tokenizer (maze, reverse) is built and asked (the longest of its first 16 prompts)."""
+    entry = TASKS[cfg.task]
+    if entry.tokenizer is None:
+        return cfg.max_prompt_len, cfg.max_response_len
+    if cfg.task == "maze" and not cfg.maze_size:
+        check((Path(cfg.model) / "sft.json").is_file(), f"--model {cfg.model}: no sft.json (not a maze.py "
+              "checkpoint), so no maze size; pass --maze_size")
+    task = make_task(cfg, entry.tokenizer(), None)
+    return max(len(task.prompt(i)[0]) for i in range(16)), task.max_new_tokens
+
+
+def make_plan(cfg, world, gpu_memory_gb):
+    """memory.plan of this run, or one line and exit 2 when its config.json cannot make one."""
+    try:
+        return memory.plan(cfg, world, gpu_memory_gb, lengths=plan_lengths(cfg))
+    except ValueError as e:
+        refuse(e)
 
 
 def batch_problems(cfg, world):

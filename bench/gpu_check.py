@@ -111,9 +111,9 @@ SCRIPT = "bench/gpu_check.py"       # the mark in its --out report (common.is_ou
 def random_loader(shape, device):
     """A loader for train.build: the model of `shape` with random weights, built on the device (a 1.5B
     init on the CPU takes minutes), the same on every call (seeded)."""
-    def load(cfg, tokenizer, dtype):
+    def load(cfg, tokenizer, dtype, meta=False):
         torch.manual_seed(cfg.seed)
-        with torch.device(device):
+        with torch.device("meta" if meta else device):
             return shape().to(dtype)
     return load
 

@@ -76,3 +76,34 @@ def test_out_replaces_only_our_own_report(tmp_path):
         gpu_check.Config(out=str(mine))
     mine.write_text(json.dumps({"written_by": "fgrpo bench/gpu_check.py"}))
     gpu_check.Config(out=str(mine))                               # ours: may be replaced
+
+
+@pytest.mark.slow                          # a subprocess that builds six small models: seconds
+def test_first_contact_script_runs_every_part_without_vllm(tmp_path):
+    """bench/gpu_contact.py --tiny true on the CPU, with vLLM, math-verify and datasets made absent as
+    on the GPU image: each part writes its own JSON, the vLLM part says it was skipped and the others
+    still run, with figures that add up (two layer counts extrapolated to 28, the plan beside each)."""
+    out = tmp_path / "gc"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "FGRPO_DATA": str(tmp_path / "no_data")}
+    r = subprocess.run([sys.executable, "-c", RUN, "bench/gpu_contact.py", "--tiny", "true", "--device", "cpu",
+                        "--threads", "1", "--budget_s", "60", "--out_dir", str(out)], cwd=ROOT, env=env,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    parts = {p: json.loads((out / f"gpu_contact_{p}.json").read_text()) for p in
+             ("env", "vllm", "update", "engine", "check")}
+    assert all(f["written_by"] == "fgrpo bench/gpu_contact.py" for f in parts.values())
+    env_ = parts["env"]
+    assert env_["status"] == "ok" and env_["torch"] and env_["vllm"].startswith("not importable")
+    assert parts["vllm"]["status"] == "skipped: vLLM not installed"
+    shapes = parts["update"]["shapes"]
+    assert parts["update"]["status"] == "ok" and set(shapes) == {"1x72", "2x64", "8x16"}
+    for f in shapes.values():
+        assert f["2"]["params"] < f["4"]["params"] and all(f[k]["seconds"] > 0 and f[k]["plan_update_gib"] > 0
+                                                           for k in ("2", "4"))
+        at28 = f["extrapolated_28_layers"]
+        assert at28["params"] == pytest.approx(f["2"]["params"] + 13 * (f["4"]["params"] - f["2"]["params"]))
+        assert at28["plan_update_gib"] > f["4"]["plan_update_gib"] and at28["mfu"] is None   # no GPU peak
+    eng = parts["engine"]
+    assert eng["status"] == "ok" and eng["rows"] == 16 and eng["tok_s"] > 0 and 0 < eng["peak_kv_gib"] < eng["plan_engine_gib"]
+    assert parts["check"]["status"].startswith("skipped: ") and "under 120" in parts["check"]["status"]
+    assert "done: env ok, vllm skipped: vLLM not installed, update ok, engine ok" in r.stdout

@@ -22,7 +22,7 @@ def config(data, name, **kw):
     base = dict(model=str(data / MODELS / name), device="auto", engine="auto", group_size=8, prompts_per_step=256,
                 mini_batch_prompts=64, micro_batch_size=8, micro_batch_tokens=16384, max_prompt_len=1024,
                 max_response_len=8192, share_prompts=False, grad_checkpointing="auto", kv_cache_gb=16.0,
-                gpu_memory_utilization=0.5, kl_coef=0.0, keep_checkpoints=2, steps=1530)
+                gpu_memory_utilization=0.5, kl_coef=0.0, keep_checkpoints=2, steps=1530, vllm_sleep_level=2)
     base.update(kw)
     return SimpleNamespace(**base)
 
@@ -58,15 +58,92 @@ def test_paper_runs_fit(data, name, response):
     assert p.peak == max(p.phases.values()) == pytest.approx(sum(getattr(r, p.peak_phase) for r in p.rows))
 
 
-def test_micro_batch_shape(data):
-    """The token budget decides the rows: 16384 // 9216 = 1 row at 8192, 16384 // 5120 = 3 at 4096;
-    a row over the budget still goes alone."""
-    assert memory.micro_batch_shape(config(data, "qwen2.5-7b")) == (1, 9216, 1)
-    assert memory.micro_batch_shape(config(data, "qwen2.5-7b", max_response_len=4096)) == (3, 5120, 1)
-    assert memory.micro_batch_shape(config(data, "qwen2.5-7b", micro_batch_tokens=1000)) == (1, 9216, 1)
-    assert memory.micro_batch_shape(config(data, "qwen2.5-7b", micro_batch_tokens=0)) == (8, 9216, 1)
-    assert memory.micro_batch_shape(config(data, "qwen2.5-7b", share_prompts=True, micro_batch_tokens=0)) \
-        == (1, 1024 + 8 * 8192, 8)
+def test_micro_batch_shapes(data):
+    """The token budget caps r rows at 16384 // r tokens each, and a row over the budget goes alone:
+    1 x 9,216 unpadded, then 2 x 8,192 .. 8 x 2,048 padded. The plan takes the largest, 2 x 8,192 with
+    its mask (~9.3 GiB at the 7B), not the single 9,216-token row it used to model (4.9 GiB)."""
+    shapes = memory.micro_batch_shapes(config(data, "qwen2.5-7b"))
+    assert [(r, t) for r, t, _ in shapes] == [(1, 9216), (2, 8192), (3, 5461), (4, 4096), (5, 3276), (6, 2730),
+                                              (7, 2340), (8, 2048)]
+    assert memory.micro_batch_shapes(config(data, "qwen2.5-7b", micro_batch_tokens=0))[-1] == (8, 9216, 1)
+    assert memory.micro_batch_shapes(config(data, "qwen2.5-7b", share_prompts=True, micro_batch_tokens=0)) \
+        == [(1, 1024 + 8 * 8192, 8)]
+    assert memory.micro_batch_shapes(config(data, "qwen2.5-7b"), (59, 34))[0] == (1, 93, 1)   # a task's own rows
+    p = memory.plan(config(data, "qwen2.5-7b"), 8, 80.0)
+    assert (p.micro_batch["rows"], p.micro_batch["row_len"]) == (2, 8192)
+    act = next(r.update for r in p.rows if r.name == "activations")
+    assert 9.0 < act < 9.7 and 31 < p.phases["update"] < 34, memory.format_plan(p)
+
+
+def test_host_ram_per_rank_and_node(data):
+    """Sleep level 1 backs vLLM's bf16 weights (14.2 GiB at the 7B) up to pinned host memory in blocks
+    rounded up to powers of two: ~27 GiB a rank, ~214 GiB a node of 8. Level 2 keeps no backup; the
+    start-up load is rank 0's one fp32 copy (28.4 GiB), not one per rank."""
+    one = memory.plan(config(data, "qwen2.5-7b", vllm_sleep_level=1), 8, 80.0)
+    two = memory.plan(config(data, "qwen2.5-7b", vllm_sleep_level=2), 8, 80.0)
+    assert 26 < one.host["per_rank"] < 28 and one.host["node"] == pytest.approx(8 * one.host["per_rank"])
+    assert two.host["per_rank"] == 0 and two.host["node"] == two.host["startup"] == pytest.approx(28.4, abs=0.1)
+    assert "no backup at sleep level 2" in memory.format_plan(two) and "pinned backup" in memory.format_plan(one)
+
+
+def test_kv_capacity_against_the_steps_worst_case(data):
+    """vLLM's share (40 GiB) less its weights and overhead holds ~446k tokens of the 7B's KV cache
+    (56 KiB a token); a rank's 256 rows of 9,216 tokens need 2.36M at worst: ~48 rows at once."""
+    p = memory.plan(config(data, "qwen2.5-7b"), 8, 80.0)
+    assert p.kv["worst_tokens"] == 256 * 9216 and 4.3e5 < p.kv["tokens"] < 4.6e5 and p.kv["rows_at_once"] == 48
+    assert "at worst 48 rows at once" in memory.format_plan(p)
+
+
+BAD_CONFIGS = {"not json": "{not json", "empty": "", "an empty object": "{}", "a list": "[1, 2]",
+               "not causal": json.dumps(dict(model_type="vit", hidden_size=64, num_attention_heads=4,
+                                             num_hidden_layers=2, intermediate_size=128, vocab_size=100)),
+               "an unknown type": '{"model_type": "qwen9"}'}
+BAD_SIZES = {"zero hidden size": ("hidden_size", 0), "zero heads": ("num_attention_heads", 0),
+             "a negative vocabulary": ("vocab_size", -5), "2,000,000 layers": ("num_hidden_layers", 2_000_000)}
+
+
+@pytest.mark.parametrize("case", [*BAD_CONFIGS, *BAD_SIZES])
+def test_a_bad_config_json_is_one_line_not_a_traceback(data, tmp_path, case, capsys):
+    """train.py --plan true on a damaged or absurd config.json: one line naming the file, exit 2, fast."""
+    import train
+    if case in BAD_CONFIGS:
+        text = BAD_CONFIGS[case]
+    else:
+        c = json.loads((data / MODELS / "qwen2.5-7b" / "config.json").read_text())
+        key, c[key] = BAD_SIZES[case][0], BAD_SIZES[case][1]
+        text = json.dumps(c)
+    (tmp_path / "config.json").write_text(text)
+    with pytest.raises(ValueError, match=r"config\.json: ") as e:
+        memory.load_config(tmp_path)
+    assert "\n" not in str(e.value)
+    with pytest.raises(SystemExit) as e:
+        train.main(train.Config(plan=True, model=str(tmp_path)))
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and len(err.strip().splitlines()) == 1 and "config.json" in err, err
+
+
+@pytest.mark.parametrize("nproc", [7, 10**12])
+def test_plan_refuses_a_world_size_the_run_would_refuse(data, nproc, capsys):
+    import train
+    with pytest.raises(SystemExit) as e:
+        train.main(train.Config(plan=True, model=str(data / MODELS / "qwen2.5-7b"), nproc=nproc))
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and err.startswith(f"error: --prompts_per_step 256 must be divisible by --nproc {nproc}")
+
+
+def test_tasks_are_planned_with_their_own_rows(data):
+    """The maze and the toy task are planned with their own prompt and response lengths, not math's
+    1,024 + 8,192, which could refuse a real CUDA run of theirs that fits."""
+    import maze
+    import toy_task
+    import train
+    model = str(data / MODELS / "qwen2.5-1.5b")
+    assert train.plan_lengths(train.Config(plan=True, model=model)) == (1024, 8192)
+    assert train.plan_lengths(train.Config(plan=True, model=model, task="maze", maze_size=7)) == \
+        (59, maze.max_new_tokens_for(7))
+    Lp, Lr = train.plan_lengths(train.Config(plan=True, model=model, task="reverse"))
+    task = toy_task.make_task(train.Config(plan=True, model=model, task="reverse"), toy_task.build_tokenizer(), None)
+    assert (Lp, Lr) == (len(task.prompt(0)[0]), task.max_new_tokens) and Lp + Lr < 100
 
 
 @pytest.mark.parametrize("kw, part, flag", [

@@ -60,9 +60,10 @@ CHILD = textwrap.dedent("""
     V, Lp, Lr, N = config.vocab_size, args["Lp"], args["Lr"], args["N"]
     pad = V - 1                                                  # in no prompt
 
-    def load(cfg, tokenizer, dtype):                             # gpu_check.random_loader
+    def load(cfg, tokenizer, dtype, meta=False):                 # gpu_check.random_loader
         torch.manual_seed(cfg.seed)
-        return AutoModelForCausalLM.from_config(config, dtype=dtype)
+        with torch.device("meta" if meta else "cpu"):
+            return AutoModelForCausalLM.from_config(config, dtype=dtype)
 
     def prompt(i):                                               # gpu_check.math_shaped_task
         g = torch.Generator().manual_seed(mix_seed(0, i))

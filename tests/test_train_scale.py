@@ -45,6 +45,14 @@ def tiny_qwen(layers=4, vocab=97, hidden=64, seed=0):
         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512, tie_word_embeddings=False))
 
 
+def tiny_loader(layers):
+    """A loader for train.build: tiny_qwen(layers), or its meta-device twin (meta=True)."""
+    def load(cfg, tokenizer, dtype, meta=False):
+        with torch.device("meta" if meta else "cpu"):
+            return tiny_qwen(layers).to(dtype)
+    return load
+
+
 # -----------------------------------------------------------------------------
 # Micro-batches by tokens
 
@@ -144,7 +152,7 @@ def test_checkpointing_acts_in_the_update(group):
     kept, grads = {}, {}
     for mode in ("false", "true"):
         cfg = SimpleNamespace(**{**vars(small_cfg()), "grad_checkpointing": mode})
-        model, _, _, _ = train.build(cfg, None, 0, torch.device("cpu"), load=lambda c, t, dtype: tiny_qwen(6).to(dtype))
+        model, _, _, _ = train.build(cfg, None, 0, torch.device("cpu"), load=tiny_loader(6))
         for training in (False, True):
             model.train(training)
             model.zero_grad(set_to_none=True)
@@ -186,7 +194,7 @@ class FakeEngine:
 def test_rl_step_updates_in_training_mode_and_infers_in_eval_mode(group, monkeypatch):
     """Two mini-batches: the old log-probs are an inference pass (eval mode), the updates train."""
     cfg = small_cfg()
-    model, _, _, opt = train.build(cfg, None, 0, torch.device("cpu"), load=lambda c, t, dtype: tiny_qwen(2).to(dtype))
+    model, _, _, opt = train.build(cfg, None, 0, torch.device("cpu"), load=tiny_loader(2))
     task = SimpleNamespace(prompt=lambda i: ([4, 5, 6, 4 + i % 3], None), max_new_tokens=8, stop_token_ids=[1],
                            score=lambda answers, comps: ([float(len(c) % 2) for c in comps], {}))
     seen = []
@@ -516,7 +524,7 @@ def test_non_finite_advantages_or_gradients_stop_before_the_optimizer_step(group
     """A weighting that divides by mu_hat (g = inf at mu_hat = 0, so A = inf * 0 = NaN) used to train on:
     |A| nan, exit 0, all-NaN weights. Now the step stops before any optimizer step."""
     cfg = small_cfg()
-    model, _, _, opt = train.build(cfg, None, 0, torch.device("cpu"), load=lambda c, t, dtype: tiny_qwen(2).to(dtype))
+    model, _, _, opt = train.build(cfg, None, 0, torch.device("cpu"), load=tiny_loader(2))
     before = {n: p.full_tensor().clone() for n, p in model.named_parameters()}
     task = SimpleNamespace(prompt=lambda i: ([4, 5, 6, 4 + i % 3], None), max_new_tokens=8, stop_token_ids=[1],
                            score=lambda answers, comps: ([float(len(c) % 2) for c in comps], {}))
@@ -531,3 +539,17 @@ def test_non_finite_advantages_or_gradients_stop_before_the_optimizer_step(group
         train.clip_and_step(model, opt, cfg, 1e-3)
     after = {n: p.full_tensor() for n, p in model.named_parameters()}
     assert all(torch.equal(before[n], after[n]) for n in before)
+
+
+@pytest.mark.slow                          # two torchrun runs of tests/ws_worker.py at world size 2
+def test_weights_loaded_on_rank_0_alone_give_the_same_update(tmp_path):
+    """train.build reads the weights on rank 0 only and every rank receives its shard by broadcast
+    (shard_from_rank0), instead of every rank loading the whole fp32 model: at world size 2 (gloo,
+    FSDP2) the gradients, the parameters after the step and the metrics are those of every rank
+    building the model itself, within 1e-6 (float64). The rotary inv_freq, a buffer in no state dict,
+    comes over too, or the log-probs and gradients would differ."""
+    from test_train import assert_same_update, run_worker
+    ref = run_worker(tmp_path, 2, loss="dapo", micro_batch_size=3)
+    got = run_worker(tmp_path, 2, loss="dapo", micro_batch_size=3, load="rank0")
+    assert max(g.abs().max() for g in ref["grads"].values()) > 1e-3       # not a vacuous gradient
+    assert_same_update(got, ref, "rank0")

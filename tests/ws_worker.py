@@ -3,8 +3,10 @@
     torchrun --nproc_per_node 2 tests/ws_worker.py OUT.pt [NAME=VALUE ...]
 
 NAME=VALUE set train.Config fields (micro_batch_size, micro_batch_tokens, loss, loss_agg,
-share_prompts, skip_dead_groups, ...) and two of the fixture's: dead=G,G (groups whose advantages
-are set to 0, as X in {0, N} would make them) and layout=shared. Every rank builds the same model and
+share_prompts, skip_dead_groups, ...) and three of the fixture's: dead=G,G (groups whose advantages
+are set to 0, as X in {0, N} would make them), layout=shared, and load=rank0 (train.build's way:
+every rank builds the model on the meta device, rank 0 alone builds it whole, and each rank receives
+its shard by broadcast, train.shard_from_rank0). Every rank builds the same model and
 the same 16 sequences (4 groups x N = 4, completion lengths 2..30, mixed rewards in every group),
 keeps its share of whole groups, runs train.update_minibatch, then one AdamW step, and saves (rank 0)
 the loss, the metrics, the full gradient and the parameters after the step.
@@ -43,6 +45,7 @@ def fixture():
 
 def main(out, **opts):
     dead = [int(g) for g in opts.pop("dead", "").split(",") if g]
+    load = opts.pop("load", "every")
     if opts.pop("layout", "plain") == "shared":
         opts["share_prompts"] = "true"
     fields = {f.name: f.type for f in dataclasses.fields(train.Config)}
@@ -53,11 +56,18 @@ def main(out, **opts):
                           "micro_batch_tokens": 0, "max_response_len": 40,
                           "out_dir": str(Path(out).parent / "unused"), **kw})
     rank, world, device = train.init_dist("cpu")
-    torch.manual_seed(0)
-    model = train.Qwen2ForCausalLM(train.Qwen2Config(
-        vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, max_position_embeddings=64, tie_word_embeddings=True)).double()
-    model = train.shard(model, device)
+
+    def tiny():
+        torch.manual_seed(0)
+        return train.Qwen2ForCausalLM(train.Qwen2Config(
+            vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+            num_key_value_heads=2, max_position_embeddings=64, tie_word_embeddings=True)).double()
+    if load == "rank0":
+        with torch.device("meta"):
+            skeleton = tiny()
+        model = train.shard_from_rank0(skeleton, tiny() if rank == 0 else None, device)
+    else:
+        model = train.shard(tiny(), device)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
     seqs = fixture()
     for i in range(len(seqs)):

