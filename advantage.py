@@ -117,7 +117,10 @@ def ds_grpo_advantages(rewards, mean_logp_old, c_pos=0.05, c_neg=0.05, r_correct
     R = torch.as_tensor(rewards)
     R = R if R.is_floating_point() else R.float()
     lbar = torch.as_tensor(mean_logp_old, dtype=R.dtype)
-    z = (R - R.mean(1, keepdim=True)) / (R.std(1, keepdim=True, correction=0) + eps)
+    # The population std is c times the unbiased one, c = sqrt((N - 1) / N), so the z-score is Eq. 3's
+    # with eps / c, divided by c: (R - mean) / (c std + eps) = group_advantages(R, eps / c) / c.
+    c = math.sqrt((R.shape[1] - 1) / R.shape[1]) if R.shape[1] > 1 else 1.0
+    z = group_advantages(R, eps=eps / c) / c
     correct = (R == r_correct).to(R.dtype)
     return z - c_pos * correct * lbar + c_neg * (1 - correct) * lbar
 

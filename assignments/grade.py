@@ -104,6 +104,8 @@ def compare(want, got, what, atol, rtol, zero_rows=(), loose=False):
     if not isinstance(got, dict) or "kind" not in got:
         return f"{what}: malformed result"
     kw, kg, w, g = want["kind"], got["kind"], want["v"], got["v"]
+    if kg in ("tensor", "ndarray") and isinstance(g, torch.Tensor) and g.ndim == 0 and kw in ("float", "int"):
+        g, kg = g.item(), "float"                     # a 0-d array where a number is due
     number = kg in ("float", "int") and not isinstance(g, bool)
     if kw == "tensor" and loose and w.ndim == 0 and number:
         g, kg = torch.tensor(float(g), dtype=torch.float64), "tensor"
@@ -143,9 +145,9 @@ def compare(want, got, what, atol, rtol, zero_rows=(), loose=False):
     return None if (kg == kw and g == w) else f"{what}: got {fmt(g)}, expected {fmt(w)}"
 
 
-def judge(c, want, got, results):
+def judge(c, want, got, results, i):
     """None if the student's result `got` of check c passes, else why not. results: the student's
-    results of the same problem (a property check compares with another of them)."""
+    results of the same problem, i: c's index there (a property check compares with another)."""
     what = c["name"] or c["call"].split(".")[1]
     atol, rtol = c.get("atol", 1e-7), c.get("rtol", 1e-6)
     if not isinstance(got, dict):
@@ -159,7 +161,7 @@ def judge(c, want, got, results):
     if got.get("mutated") is not False:
         return f"{what}: changed an input in place (the caller uses it again)"
     if c.get("properties"):
-        return properties(c, got, results, what)
+        return properties(c, got, results[i - c["base"]] if c.get("base") else None, what)
     if c.get("spy"):                                  # what reached the stand-in, then the loss
         m = compare_spied(c, want.get("spied", {}), got.get("spied"), what, atol, rtol)
         if m:
@@ -196,7 +198,7 @@ def compare_spied(c, want, got, what, atol, rtol):
     return None
 
 
-def properties(c, got, results, what):
+def properties(c, got, base, what):
     """Problem 5: what any focal weighting keeps, judged on the student's own chain of Problems 1-4."""
     if c["properties"] == "base":
         return compare({"kind": "tensor", "v": c["args"][0].to(torch.float64)}, got.get("out"), what, math.inf, 0) \
@@ -216,7 +218,7 @@ def properties(c, got, results, what):
     if not (g >= 0).all():
         return f"gamma {gamma}: a negative weight flips the sign of its group's update"
     if gamma == 0:
-        base = results[c["base"]].get("out", {}) if isinstance(results[c["base"]], dict) else {}
+        base = base.get("out", {}) if isinstance(base, dict) else {}
         if not (torch.equal(g.double(), torch.ones_like(g, dtype=torch.float64)) and base.get("kind") == "tensor"
                 and torch.equal(A, base["v"])):
             return "gamma 0 must give g = 1 and group_advantages' output bit for bit"
@@ -339,7 +341,7 @@ def grade_problems(src, args):
     rows = []
     for pid, points, functions, about in PROBLEMS:
         mine = got.get(pid) if isinstance(got.get(pid), list) else []
-        verdicts = [judge(c, want[pid][i], mine[i], mine) if i < len(mine) else why.get(pid, "no result")
+        verdicts = [judge(c, want[pid][i], mine[i], mine, i) if i < len(mine) else why.get(pid, "no result")
                     for i, c in enumerate(checks[pid])]
         messages = [m for m in verdicts if m]
         files = {f.split(".")[0] + ".py" for f in functions}

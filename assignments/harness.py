@@ -29,10 +29,9 @@ def enc(v):
     if isinstance(v, np.ndarray):
         return {"kind": "ndarray", "v": torch.from_numpy(np.array(v, copy=True))} if v.dtype != object \
             else {"kind": "other", "v": repr(type(v))}
-    if isinstance(v, (bool, int, float, str)) or v is None:
-        return {"kind": type(v).__name__, "v": v}
-    if isinstance(v, np.generic):
-        return {"kind": "float" if isinstance(v, np.floating) else "int", "v": v.item()}
+    if isinstance(v, (np.generic, bool, int, float, str)) or v is None:   # numpy scalars as Python's
+        v = v.item() if isinstance(v, np.generic) else v
+        return {"kind": type(v).__name__ if type(v) in (bool, int, float, str) else "other", "v": v}
     if isinstance(v, (tuple, list)):
         return {"kind": type(v).__name__, "v": [enc(x) for x in v]}
     if isinstance(v, dict):
@@ -50,7 +49,7 @@ def dec(v):
         return {k: dec(x) for k, x in v.items()}
     if isinstance(v, list):
         return [dec(x) for x in v]
-    return v
+    return v.clone() if isinstance(v, torch.Tensor) else v     # a fresh copy: checks share inputs
 
 
 def same(a, b):

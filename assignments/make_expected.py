@@ -146,7 +146,8 @@ def focal_properties(g):
                              properties="base"))
             for gm in (0.0, 0.5, 1.0, 2.0):
                 out.append(check("focal_properties", "advantage.focal_advantages", [R, gm, rc, rw],
-                                 {"normalize_std": norm}, properties="focal", zero_rows=uniform, base=base))
+                                 {"normalize_std": norm}, properties="focal", zero_rows=uniform,
+                                 base=len(out) - base))          # how many checks back its base is
     return out
 
 

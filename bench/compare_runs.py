@@ -54,11 +54,13 @@ def sd(xs):
 
 
 def compare(name, a, b):
-    se = math.sqrt(sd(a) ** 2 / len(a) + sd(b) ** 2 / len(b))
     d = mean(b) - mean(a)
-    verdict = "agree" if abs(d) < 2 * se else "DIFFER"
-    print(f"{name:28s} A {mean(a):.3f} ± {sd(a):.3f}  B {mean(b):.3f} ± {sd(b):.3f}  (sd over runs)  "
-          f"B - A {d:+.3f}, SE {se:.3f}: {verdict} at 2 SE")
+    if min(len(a), len(b)) < 2:                  # a spread needs two runs: no SE, so no verdict
+        print(f"{name:28s} A {mean(a):.3f}  B {mean(b):.3f}  B - A {d:+.3f}, one run per arm: no SE")
+        return
+    head = f"{name:28s} A {mean(a):.3f} ± {sd(a):.3f}  B {mean(b):.3f} ± {sd(b):.3f}  (sd over runs)  B - A {d:+.3f}"
+    se = math.sqrt(sd(a) ** 2 / len(a) + sd(b) ** 2 / len(b))
+    print(f"{head}, SE {se:.3f}: {'agree' if abs(d) < 2 * se else 'DIFFER'} at 2 SE")
 
 
 def heldout_pass1(metrics):

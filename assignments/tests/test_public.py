@@ -25,5 +25,5 @@ CHECKS, RESULTS = grade.public_checks()
 @pytest.mark.parametrize("pid", [pid for pid, *_ in PROBLEMS])
 def test_public_checks(pid):
     got = [harness.run_check({"advantage": advantage}, c)[0] for c in CHECKS[pid]]
-    failed = [m for c, want, g in zip(CHECKS[pid], RESULTS[pid], got) if (m := grade.judge(c, want, g, got))]
+    failed = [m for i, (c, want) in enumerate(zip(CHECKS[pid], RESULTS[pid])) if (m := grade.judge(c, want, got[i], got, i))]
     assert not failed, f"{len(failed)} of {len(got)} checks fail:\n" + "\n".join(failed[:10])
