@@ -541,7 +541,7 @@ def main():
     p.add_argument("--json", default="", help="also write the scores to this new file (or one grade.py wrote)")
     p.add_argument("--seed", type=int, default=None, help="seed of the hidden checks (default: a new one)")
     p.add_argument("--timeout", type=float, default=120, help="seconds per problem")
-    p.add_argument("--import_timeout", type=float, default=120, help="seconds to import the graded files")
+    p.add_argument("--import_timeout", type=float, default=300, help="seconds to import the graded files (torch too)")
     p.add_argument("--memory_gb", type=int, default=8, help="data segment cap of the child (RLIMIT_DATA)")
     args = p.parse_args()
     src = Path(args.dir).resolve()

@@ -88,7 +88,8 @@ def group_advantages(rewards, normalize_std=True, eps=1e-6):
 """, {"group_advantages"}),
     "uniform_not_zeroed": ("group_advantages", """
 def group_advantages(rewards, normalize_std=True, eps=1e-6):
-    R = torch.as_tensor(rewards).double()
+    R = torch.as_tensor(rewards)
+    R = R if R.is_floating_point() else R.double()
     adv = R - R.mean(1, keepdim=True)
     return adv / (R.std(1, keepdim=True) + eps) if normalize_std else adv
 """, {"group_advantages", "focal_properties"}),
@@ -116,7 +117,7 @@ def group_advantages(rewards, normalize_std=True, eps=1e-6):
     std = R.std(1, keepdim=True)
     R -= R.mean(1, keepdim=True)
     return (R / (std + eps) if normalize_std else R).masked_fill(uniform, 0.0)
-""", {"group_advantages"}),
+""", {"group_advantages", "focal_properties"}),        # Problem 5 runs the chain: the change shows there too
     "x_over_n_minus_1": ("success_rate", """
 def success_rate(rewards, r_correct=1.0, r_wrong=0.0):
     R = torch.as_tensor(rewards).double()
