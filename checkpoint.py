@@ -111,6 +111,9 @@ def folder_problems(cfg, out, ckpt, meta):
         if re.fullmatch(r"step_\d+", p.name) and (p.is_symlink() or not p.is_dir()):
             problems.append(f"--out_dir {out}: ckpt/{p.name} is {'a symlink' if p.is_symlink() else 'a file'}, not "
                             "a checkpoint of ours; move it away")
+        elif re.fullmatch(r"step_\d+", p.name) and foreign_files(p):    # a save of that step would replace it
+            problems.append(f"--out_dir {out}: ckpt/{p.name} holds {foreign_files(p)[0]!r}, which we did not write; "
+                            "move it away")
     if not cfg.resume and (step_folders(ckpt_root) or (ckpt_root / "latest").exists() or exports):
         problems.append(f"--out_dir {out} holds checkpoints or exports of an earlier run: pass --resume true, "
                         "or choose another --out_dir")
@@ -158,7 +161,17 @@ def lock_out_dir(out):
     dies, so a killed run never blocks its own resume. Returns [problem] or []."""
     global _lock
     out.mkdir(parents=True, exist_ok=True)
-    f = open(out / LOCK, "a+")
+    path = out / LOCK
+    if path.is_symlink() or (path.exists() and not path.is_file()):
+        return [f"--out_dir {out}: {LOCK} is {'a symlink' if path.is_symlink() else 'not a file'}, not our lock "
+                "file; move it away"]
+    if path.is_file() and not lock_is_ours(path):
+        return [f"--out_dir {out}: {LOCK} is a file that no train.py run wrote (it holds no 'pid N on HOST' "
+                "line); move it away"]
+    try:               # O_NOFOLLOW: a symlink put there since the check is refused, never written through
+        f = os.fdopen(os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644), "r+")
+    except OSError as e:
+        return [f"--out_dir {out}: cannot open {LOCK} ({e.strerror}); move it away"]
     try:
         fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
@@ -173,6 +186,14 @@ def lock_out_dir(out):
     f.flush()
     _lock = f
     return []
+
+
+def lock_is_ours(path):
+    """What lock_out_dir writes in .train.lock: one "pid N on HOST" line, or nothing (killed before
+    it wrote). Anything else is a user's file of that name, never written over."""
+    with open(path, "rb") as f:
+        head = f.read(512)
+    return re.fullmatch(rb"(pid \d+ on [^\n]*\n?)?", head) is not None
 
 
 # -----------------------------------------------------------------------------
@@ -252,9 +273,15 @@ def save_checkpoint(model, opt, step, cfg, out_dir):
     if dist.get_rank() == 0:
         atomic_write_json(tmp / "meta.json", {"step": step, "config": asdict(cfg),
                                               "rng": torch.get_rng_state().tolist(), "crc32": crcs})
-        replace_dir(tmp, final)           # a damaged step_N that resume skipped is replaced, not an error
+        # A damaged step_N that resume skipped is replaced, not an error; one holding a file of
+        # someone else's is not (check_run refused it up front; this is the last line of defence).
+        check(not final.is_dir() or not foreign_files(final), f"{final}: holds {foreign_files(final)[:1]}, "
+              "which we did not write; not replaced")
+        replace_dir(tmp, final)
+        LOADABLE[str(final)] = True       # its CRCs were just read from the files on disk
         for old in superseded_checkpoints(ckpt_root, cfg.keep_checkpoints):
             shutil.rmtree(old)
+            LOADABLE.pop(str(old), None)
     io_barrier()
 
 
@@ -283,34 +310,56 @@ def shard_crcs(folder, names=None):
     return {n: c for part in parts for n, c in part.items()}
 
 
-def check_crcs(folder, meta):
+def check_crcs(folder, meta, collective=True):
     """ValueError naming the first of DCP's files whose bytes differ from those saved (checkpoints
-    saved without checksums pass)."""
+    saved without checksums pass). Collective, each rank reading its share, unless `collective` is
+    False: then this rank reads them all."""
     saved = meta.get("crc32")
     if saved is None:
         return
-    now = shard_crcs(folder, sorted(saved))
+    now = shard_crcs(folder, sorted(saved)) if collective else \
+        {n: crc32(folder / n) if (folder / n).is_file() else None for n in saved}
     for name in sorted(saved):
         check(now[name] == saved[name], f"{name}: {'missing' if now[name] is None else 'bytes differ from those saved'}")
 
 
+# {step folder: whether resume would load it}, for the folders this process saved, loaded or checked:
+# retention asks at every save, and reading a 7B's checkpoint again each time would cost minutes.
+LOADABLE = {}
+
+
+def loadable(path):
+    """Whether resume would load this step folder: the checks it makes before loading (checkpoint_meta,
+    then every file's CRC-32, read by this rank alone), so a folder damaged inside is not whole."""
+    if str(path) not in LOADABLE:
+        try:
+            check_crcs(path, checkpoint_meta(path), collective=False)
+            LOADABLE[str(path)] = True
+        except ValueError:
+            LOADABLE[str(path)] = False
+    return LOADABLE[str(path)]
+
+
 def superseded_checkpoints(ckpt_root, keep):
     """The step folders to delete once a new checkpoint is complete: every one older than the `keep`
-    newest WHOLE ones (checkpoint_meta), so a damaged newest folder never costs the last good one.
-    Only folders named step_N that hold nothing but our own files (CHECKPOINT_FILES) are candidates;
-    exports live outside ckpt/ and are never touched."""
+    newest ones that resume would load (loadable: CRCs included), so a damaged newest folder never
+    costs the last good one. Only folders holding nothing but our own files are candidates
+    (foreign_files); exports live outside ckpt/ and are never touched."""
     whole, old = 0, []
     for path in step_folders(ckpt_root):
         if whole >= keep:
-            if not path.is_symlink() and all(CHECKPOINT_FILES.fullmatch(f.name) and f.is_file() for f in path.iterdir()):
+            if not foreign_files(path):
                 old.append(path)
-            continue
-        try:
-            checkpoint_meta(path)
+        elif loadable(path):
             whole += 1
-        except ValueError:
-            pass
     return old
+
+
+def foreign_files(step_dir):
+    """The entries of a step folder that are not a file DCP or save_checkpoint writes: a folder holding
+    any is never deleted or replaced."""
+    return sorted(f.name for f in Path(step_dir).iterdir()
+                  if not (CHECKPOINT_FILES.fullmatch(f.name) and f.is_file() and not f.is_symlink()))
 
 
 def step_folders(ckpt_root):
@@ -371,6 +420,7 @@ def load_checkpoint(model, opt, path, meta):
     dcp.load(state, checkpoint_id=str(path), process_group=IO_GROUP)
     set_state_dict(model, opt, model_state_dict=state["model"], optim_state_dict=state["optim"])
     torch.set_rng_state(torch.tensor(meta["rng"], dtype=torch.uint8))
+    LOADABLE[str(path)] = True
     return meta["step"]
 
 
@@ -394,7 +444,7 @@ def resume_from(model, opt, ckpt, meta):
         failed, (ckpt, meta, _) = ckpt, find_checkpoint_among(older)
         if dist.get_rank() == 0:
             print(f"warning: {failed.name} could not be loaded ({errors[0]}); "
-                  + (f"resuming from {ckpt.name}" if ckpt else "no older checkpoint"), flush=True)
+                  + (f"resuming from {ckpt.name}" if ckpt else "no older checkpoint"), file=sys.stderr, flush=True)
         if ckpt is None:
             dist.destroy_process_group()
             refuse(f"--resume: no checkpoint in {failed.parent} could be loaded; move the damaged ones away")

@@ -169,14 +169,19 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model",
 def check_pretrained(name, flag, model=True, tokenizer=True):
     """A local folder given as a model (config.json) or tokenizer (TOKENIZER_FILES) must hold one.
 
-    A name that is not a local path is a hub id, left to from_pretrained. Without this check a folder
-    with no tokenizer loads as a 1-token tokenizer and fails much later with an unrelated message.
-    "out/maze_sft" counts as local when ./out exists, since a hub id has the same shape.
+    A name that is not a local path is a hub id (ORG/NAME), left to from_pretrained; a bare NAME only
+    when the local Hugging Face cache holds it ("TINY" ended in an offline hub traceback). Without this
+    check a folder with no tokenizer loads as a 1-token tokenizer and fails much later with an unrelated
+    message. "out/maze_sft" counts as local when ./out exists, since a hub id has the same shape.
     """
     p = Path(name).expanduser()
     local = p.exists() or name.startswith((".", "/", "~")) or name.count("/") > 1 \
         or ("/" in name and Path(name.split("/")[0]).is_dir())
     if not local:
+        from huggingface_hub.constants import HF_HUB_CACHE
+        check("/" in name or (Path(HF_HUB_CACHE) / f"models--{name}").is_dir(),
+              f"{flag} {name}: no such folder, nor a Hugging Face id (ORG/NAME)"
+              + ("; did you mean tiny?" if name.lower() == "tiny" else ""))
         return
     check(p.is_dir(), f"{flag} {name}: no such folder")
     if model:

@@ -134,6 +134,34 @@ def test_help_explains_every_flag_and_lists_fixed_values(script, capsys):
         assert "--mode {eval,select,compare,report,rare_select,rare_score}" in text
 
 
+@pytest.mark.parametrize("argv,name", [
+    (["--ds_grpo", "true", "--gamma", "1"], "--gamma"), (["--ds_grpo", "true", "--norm_std", "false"], "--norm_std"),
+    (["--loss", "cispo", "--dual_clip", "2"], "--dual_clip"), (["--nproc", "4"], "--nproc"),
+    (["--gpu_memory_gb", "40"], "--gpu_memory_gb"),
+    (["--task", "maze", "--eval_mazes", "0", "--eval_every", "2"], "--eval_every"),
+    (["--task", "maze", "--eval_mazes", "0", "--eval_samples", "8"], "--eval_samples")])
+def test_a_flag_that_cannot_act_is_refused(argv, name, tmp_path, capsys):
+    """--ds_grpo true --gamma 1 trained exactly as --gamma 0 while run.json said gamma 1. A flag that
+    cannot act in the run it is given to is refused in one line; without the other flag it is accepted."""
+    code, err = refusal(train, safe_argv("train", tmp_path) + argv, capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1 and err.startswith(f"error: {name} "), err
+    assert "leave it out" in err
+
+
+def test_flags_that_act_are_accepted(tmp_path):
+    """Each flag test_a_flag_that_cannot_act_is_refused refuses is fine where it acts."""
+    for kw in [dict(ds_grpo=True), dict(gamma=1.0, norm_std=False), dict(dual_clip=2.0), dict(loss="cispo")]:
+        train.Config(**kw, out_dir=str(tmp_path / "run"))
+
+
+@pytest.mark.parametrize("script", ["train", "evaluate"])
+def test_a_model_that_is_neither_a_folder_nor_a_hub_id_is_refused(script, tmp_path, capsys):
+    """--model TINY (a typo of tiny) ended in an offline Hugging Face traceback."""
+    code, err = refusal(SCRIPTS[script], safe_argv(script, tmp_path) + ["--model", "TINY"], capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert "--model TINY: no such folder" in err and "did you mean tiny?" in err
+
+
 # -----------------------------------------------------------------------------
 # Flags that name files and folders
 

@@ -185,3 +185,13 @@ def test_numbered_deviations_agree_everywhere():
     for f in [*DOCS, "train.py", "checkpoint.py", "advantage.py", "rollout.py"]:
         for m in re.finditer(r"[Dd]eviation (\d+)", doc(f)):
             assert int(m.group(1)) in readme, f"{f}: deviation {m.group(1)} is not in the README's list"
+
+
+def test_the_flags_a_resume_may_change_are_listed_as_the_code_has_them():
+    """The README's list of flags a resume may change had lost --skip_dead_groups; it is now read
+    against checkpoint.RESUME_MAY_CHANGE, the one list resume_conflicts uses."""
+    import checkpoint
+    text = (ROOT / "README.md").read_text()
+    item = text[text.index("**Resume with other flags.**"):text.index("Any other difference")]
+    listed = set(re.findall(r"`--(\w+)`", item))
+    assert listed == set(checkpoint.RESUME_MAY_CHANGE) - {"resume"}, listed ^ set(checkpoint.RESUME_MAY_CHANGE)

@@ -424,6 +424,30 @@ def test_a_shard_damaged_inside_falls_back_to_the_checkpoint_before(tiny_run, tm
     assert shard.stat().st_size == size
     r = resume(flags, run, 4)
     why = "ValueError: __0_0.distcp: bytes differ" if "CRC" not in damage else ""
-    assert f"warning: step_000004 could not be loaded ({why}" in r.stderr + r.stdout, r.stderr[-2000:]
+    assert f"warning: step_000004 could not be loaded ({why}" in r.stderr, r.stderr[-2000:]    # as every warning
     assert "resumed from step 3" in r.stdout
+    assert_same_metrics(read_metrics(run), read_metrics(whole))
+
+
+def test_retention_never_deletes_the_last_checkpoint_resume_would_load(tiny_run, tmp_path):
+    """Step 4 damaged inside (a CRC off, meta.json whole), step 3 gone: a resume with --keep_checkpoints
+    1 falls back to step 2, trains step 3 and saves it. Retention counted the damaged step 4 as the one
+    to keep and deleted steps 3, 2 and 1, so the next resume found nothing to load (the window a kill
+    after any save before step 4's opens, --save_every 1). Now step 3 stays and the next resume loads it."""
+    flags, whole = tiny_run
+    run = tmp_path / "run"
+    shutil.copytree(whole, run)
+    ckpt = run / "ckpt"
+    shard = ckpt / "step_000004" / "__0_0.distcp"
+    with open(shard, "r+b") as f:
+        f.seek(shard.stat().st_size // 2)
+        b = f.read(16)
+        f.seek(shard.stat().st_size // 2)
+        f.write(bytes(x ^ 0xFF for x in b))
+    shutil.rmtree(ckpt / "step_000003")
+    r = resume(flags + ["--keep_checkpoints", "1"], run, 3)
+    assert "resumed from step 2" in r.stdout
+    assert sorted(p.name for p in ckpt.iterdir()) == ["step_000003", "step_000004"]
+    r = resume(flags + ["--keep_checkpoints", "1"], run, 4)
+    assert "warning: step_000004 could not be loaded" in r.stderr and "resumed from step 3" in r.stdout
     assert_same_metrics(read_metrics(run), read_metrics(whole))
