@@ -274,7 +274,7 @@ def main(cfg):
                        shape["vocab_size"] - 1, device, clock, t_start + 0.6 * cfg.budget_s,   # pad: in no prompt
                        config=Qwen2Config(**shape))
         # (b) the maze: RESULTS.md's Table 4 command (lr 1e-4, 256 prompts in one mini-batch, no warm-up)
-        maze_cfg = train.Config(task="maze", model="maze.build_model", maze_size=cfg.maze_size, lr=1e-4,
+        maze_cfg = train.Config(task="maze", model="tiny", maze_size=cfg.maze_size, lr=1e-4,
                                 prompts_per_step=cfg.maze_prompts, mini_batch_prompts=cfg.maze_prompts,
                                 warmup_steps=0, eval_mazes=0, **common)
         task = maze.make_task(maze.build_tokenizer(), cfg.maze_size, cfg.seed, eval_mazes=0)
