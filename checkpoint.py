@@ -275,8 +275,8 @@ def save_checkpoint(model, opt, step, cfg, out_dir):
                                               "rng": torch.get_rng_state().tolist(), "crc32": crcs})
         # A damaged step_N that resume skipped is replaced, not an error; one holding a file of
         # someone else's is not (check_run refused it up front; this is the last line of defence).
-        check(not final.is_dir() or not foreign_files(final), f"{final}: holds {foreign_files(final)[:1]}, "
-              "which we did not write; not replaced")
+        foreign = foreign_files(final) if final.is_dir() else []
+        check(not foreign, f"{final}: holds {foreign[:1]}, which we did not write; not replaced")
         replace_dir(tmp, final)
         LOADABLE[str(final)] = True       # its CRCs were just read from the files on disk
         for old in superseded_checkpoints(ckpt_root, cfg.keep_checkpoints):
