@@ -32,6 +32,7 @@ import resource
 import secrets
 import shutil
 import signal
+import site
 import subprocess
 import sys
 import tempfile
@@ -264,11 +265,22 @@ def limits(memory_gb):
     return apply
 
 
+def reference_reachable():
+    """The child's own paths (its interpreter, site-packages, PATH) inside this repository. From any of
+    them a hand-in can walk up to the reference's graded files and run those: no process can be kept
+    from reading what its user can read, so grade from a Python installed outside the repository."""
+    if not teacher_side():
+        return []
+    paths = [sys.prefix, sys.exec_prefix, *site.getsitepackages(), *os.environ.get("PATH", "").split(os.pathsep)]
+    return sorted({p for p in paths if p and Path(p).resolve().is_relative_to(ROOT)})
+
+
 def run_child(folder, checks, todo, args):
     """Run the checks of the problems in `todo` in child processes. Returns ({problem: [result]},
     {problem: why it has no results})."""
     results, why = {}, {}
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(folder), "LANG": "C.UTF-8",
+    path = [p for p in os.environ.get("PATH", "/usr/bin:/bin").split(os.pathsep) if p not in reference_reachable()]
+    env = {"PATH": os.pathsep.join(path), "HOME": str(folder), "LANG": "C.UTF-8",
            "OMP_NUM_THREADS": "1", "PYTHONDONTWRITEBYTECODE": "1", "PYTHONHASHSEED": "0"}
     todo = list(todo)
     while todo:
@@ -557,6 +569,10 @@ def main():
     if args.seed is None and teacher_side():
         args.seed = secrets.randbelow(1 << 31)
 
+    reachable = [p for p in reference_reachable() if p not in os.environ.get("PATH", "").split(os.pathsep)]
+    if reachable:
+        print(f"warning: this Python is inside the reference's repository ({reachable[0]}), so a hand-in "
+              f"can find and run the reference's files: grade with a Python installed outside {ROOT}")
     rows = grade_problems(src, args)
     hidden = f", hidden checks of seed {args.seed}" if teacher_side() else ", public checks only"
     print(f"implementation problems ({src}{hidden}):")
@@ -567,7 +583,7 @@ def main():
     earned, total = sum(r[1] for r in rows), sum(r[2] for r in rows)
     report = {"seed": args.seed, "problems": {r[0]: {"points": r[1], "max": r[2], "checks": r[5], "passed": r[4],
                                                      "failed": r[6]} for r in rows},
-              "implementation": [earned, total]}
+              "implementation": [earned, total], "reference_reachable": reachable}
     if args.runs:
         print(f"experiment problems, machine-checked part ({args.runs}; plots and sentences are graded by hand):")
         exp = grade_experiments(Path(args.runs))

@@ -371,7 +371,12 @@ def test_gaming_attempts_score_at_most_one_point(student, tmp_path):
     with ThreadPoolExecutor(2) as pool:
         reports = dict(zip(ATTACKS, pool.map(lambda n: grade_dir(attack_copy(student, tmp_path, n), tmp_path),
                                              ATTACKS)))
-    assert {n: r["total"][0] for n, r in reports.items()} == {n: 0 for n in ATTACKS}
+    # From a Python installed inside the repository (CI's .venv-ci) the reference is on the child's own
+    # paths: no child can be kept from reading it, so grade.py says so instead of scoring it as sound.
+    inside = Path(sys.prefix).resolve().is_relative_to(ROOT)
+    assert bool(reports["reference_on_paths"]["reference_reachable"]) == inside
+    scores = {n: r["total"][0] for n, r in reports.items() if not (inside and n == "reference_on_paths")}
+    assert scores == {n: 0 for n in scores}
 
 
 def test_syntax_error_raise_and_hang_at_import_end_in_a_total_line(student, tmp_path):

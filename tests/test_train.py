@@ -304,15 +304,15 @@ def test_damaged_checkpoints_fall_back_to_the_last_whole_one(tiny_run, tmp_path)
 
 def test_resume_refuses_another_experiment(tiny_run, tmp_path):
     """--resume with another --gamma or --lr used to continue silently, one run with two settings.
-    How it runs (--steps, --eval_every, ...) may change."""
+    How it runs (--steps, --sample_every, ...) may change."""
     flags, whole = tiny_run
-    r = subprocess.run(flags + ["--steps", "6", "--eval_every", "2", "--gamma", "0.5", "--lr", "0.001",
+    r = subprocess.run(flags + ["--steps", "6", "--sample_every", "2", "--gamma", "0.5", "--lr", "0.001",
                                 "--out_dir", str(whole), "--resume", "true"],
                        cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=300)
     err = r.stderr.strip()
     assert r.returncode == 2 and len(err.splitlines()) == 1, err
     assert "--gamma 0.5 (was 0.0)" in err and "--lr 0.001 (was 1e-06)" in err
-    assert "--steps 6" not in err and "--eval_every 2" not in err
+    assert "--steps 6" not in err and "--sample_every 2" not in err
     assert [m["step"] for m in read_metrics(whole)] == [1, 2, 3, 4]       # nothing was touched
 
 

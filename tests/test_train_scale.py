@@ -5,6 +5,7 @@ The gradient equality of token-budget micro-batches at world sizes 1 and 2 is in
 (test_world_size_and_micro_batches_do_not_change_the_gradient); the plan's figures against measured
 peaks are in test_memory.py.
 """
+import dataclasses
 import json
 import os
 import re
@@ -169,13 +170,11 @@ def test_checkpointing_acts_in_the_update(group):
 
 
 def small_cfg(**kw):
-    base = dict(group_size=4, share_prompts=False, micro_batch_size=8, micro_batch_tokens=0, temperature=1.0,
-                loss="grpo", eps_low=None, eps_high=None, dual_clip=3.0, entropy_coef=0.0, kl_coef=0.0,
-                grad_checkpointing="false", engine="torch", model="tiny", kv_cache_gb=1.0,
-                gpu_memory_utilization=0.5, seed=0, max_prompt_len=64, max_response_len=16, lr=1e-3,
-                adam_beta1=0.9, adam_beta2=0.999, weight_decay=0.0, prompts_per_step=2, mini_batch_prompts=1,
-                warmup_steps=0, ds_grpo=False, gamma=0.5, top_p=1.0, top_k=0, grad_clip=1.0,
-                skip_dead_groups=True, loss_agg="token-mean", norm_std=True)
+    """train.Config's defaults (so a new flag needs no edit here), small, without __post_init__'s checks."""
+    base = {f.name: f.default for f in dataclasses.fields(train.Config)}
+    base.update(group_size=4, micro_batch_size=8, engine="torch", model="tiny", kv_cache_gb=1.0, seed=0,
+                max_prompt_len=64, max_response_len=16, lr=1e-3, prompts_per_step=2, mini_batch_prompts=1,
+                warmup_steps=0, gamma=0.5, grad_checkpointing="false", micro_batch_tokens=0, weight_decay=0.0)
     return SimpleNamespace(**{**base, **kw})
 
 
