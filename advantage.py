@@ -244,12 +244,13 @@ def kl_k3(logp, ref_logp):
 
 
 def entropy_from_logits(logits):
-    """Per-token entropy H = logsumexp(z) - sum softmax(z) z of the policy. (..., V) -> (...)
+    """Per-token entropy H = -sum_v p_v log p_v of p = softmax(logits) over the last dim. (..., V) -> (...)
 
-    Pass logits already divided by the sampling temperature. For large vocabularies call it on
-    chunks of tokens: it materialises one (tokens, V) softmax.
+    In float32, float64 staying float64; finite for any finite logits (a softmax that underflows to 0
+    contributes 0, not 0 * -inf). Pass logits already divided by the sampling temperature. It
+    materialises the whole (..., V) softmax: the trainer's head computes it per chunk (rollout.head_logp).
     """
-    logits = logits.float()
+    logits = logits.to(torch.promote_types(logits.dtype, torch.float32))
     return torch.logsumexp(logits, dim=-1) - (torch.softmax(logits, dim=-1) * logits).sum(dim=-1)
 
 

@@ -634,7 +634,9 @@ def completion_logits(model, batch, temperature=1.0):
 
 
 def token_logp(logits, batch):
-    """logp of each completion token: (S, Tc, V) logits -> (S, Tc), 0 where masked.
+    """logp of each completion token: logits (S, Tc, V) at the positions that predict the tokens
+    batch["targets"] (S, Tc) -> (S, Tc), log softmax(logits)[target], exactly 0 where
+    batch["completion_mask"] is False. Differentiable w.r.t. logits; finite for any finite logits.
 
     With completion_logits, the reference path (it needs the full logits); policy_logp is the bounded one."""
     logp = logits.log_softmax(-1).gather(-1, batch["targets"][..., None]).squeeze(-1)
@@ -734,15 +736,20 @@ class _ChunkedHead(torch.autograd.Function):
                 None, None, None, None)
 
 
-def head_logp(h, head, targets, temperature=1.0, entropy=False, chunk_bytes=CHUNK_BYTES):
-    """logp of `targets` (N,) and optionally the entropy H (N,), given the hidden states h (N, d) that
-    predict them and the vocabulary head (an nn.Linear, maybe tied to the embeddings): the same
-    numbers as log_softmax(head(h).float() / T), in chunks of tokens sized so that the float32
-    (chunk, V) buffers take about chunk_bytes. Differentiable w.r.t. h and the head's parameters."""
-    V = head.weight.shape[0]
+def head_logp(h, weight, bias, targets, temperature=1.0, entropy=False, chunk_bytes=CHUNK_BYTES):
+    """Per-token log-probs of the sampled tokens, and optionally the entropy, from the vocabulary head.
+
+    h: (N, d) hidden states, each predicting one token; weight (V, d) and bias (V,) or None: the head
+    (an nn.Linear's, maybe tied to the embeddings); targets: (N,) token ids. With z = (h W^T + b) / T
+    in float32 (float64 stays float64), returns (logp, H), each (N,): logp[i] = log softmax(z_i)[targets[i]]
+    and H[i] = -sum_v p_v log p_v with p = softmax(z_i) (None unless entropy=True); differentiable
+    w.r.t. h, weight and bias, finite for any finite logits. T must be the sampling temperature, or
+    these are the log-probs of another distribution (a bug TRL users hit at T != 1).
+    The reference computes them in chunks of tokens (_ChunkedHead), so that the float32 (chunk, V)
+    buffers take about chunk_bytes and the (N, V) logits never exist."""
     itemsize = torch.promote_types(h.dtype, torch.float32).itemsize
-    chunk = max(1, chunk_bytes // (V * itemsize * CHUNK_TEMPS))
-    return _ChunkedHead.apply(h, head.weight, head.bias, targets, float(temperature), entropy, chunk)
+    chunk = max(1, chunk_bytes // (weight.shape[0] * itemsize * CHUNK_TEMPS))
+    return _ChunkedHead.apply(h, weight, bias, targets, float(temperature), entropy, chunk)
 
 
 POLICY_FORWARD = "fgrpo_policy_forward"     # the method register_policy_forward adds to FSDP2 roots
@@ -759,7 +766,8 @@ def _policy_forward(model, batch, temperature, entropy, chunk_bytes):
     else:                                               # columns Lp-1 .. Lp+Tc-2, as completion_logits
         hidden = hidden[:, -(Tc + 1):-1]                                           # (S, Tc, d)
     # only the real completion tokens go through the head: padding costs nothing
-    logp, H = head_logp(hidden[mask], model.get_output_embeddings(), batch["targets"][mask],
+    head = model.get_output_embeddings()
+    logp, H = head_logp(hidden[mask], head.weight, head.bias, batch["targets"][mask],
                         temperature, entropy, chunk_bytes)                         # (N,)
     out_logp = logp.new_zeros(mask.shape).masked_scatter(mask, logp)               # (S, Tc)
     out_H = None if H is None else H.new_zeros(mask.shape).masked_scatter(mask, H)

@@ -84,9 +84,8 @@ def all_checks(seed):
     checks, results = public_checks()
     me = teacher_side()
     if me is not None and seed is not None:
-        import advantage
         hidden = me.checks(seed)
-        answers = me.answer(hidden, {"advantage": advantage})
+        answers = me.answer(hidden, harness.graded_modules())
         for pid in checks:
             checks[pid] += hidden[pid]
             results[pid] += answers[pid]

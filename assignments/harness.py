@@ -242,6 +242,12 @@ def run_check(modules, check, record=False):
             setattr(mod, name, fn0)
 
 
+def graded_modules():
+    """The modules that hold graded functions (problems.GRADED), imported: {name: module}."""
+    from problems import GRADED
+    return {m: importlib.import_module(m) for m in sorted({f.split(".")[0] for f in GRADED})}
+
+
 def main(checks_file, results):
     results = Path(results)
     checks = torch.load(checks_file, weights_only=True)

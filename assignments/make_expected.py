@@ -272,10 +272,68 @@ def pass_at_k(g):
     return out
 
 
+def logprobs(g):
+    S, T, V = 3, 5, 11
+    logits = torch.randn(S, T, V, generator=g, dtype=F64) * 3
+    logits[0, :2] *= 40                    # a spread of ~300: log(softmax(z)) is -inf and p log p NaN there
+    targets = torch.randint(0, V, (S, T), generator=g)
+    targets[0, 0] = int(logits[0, 0].argmin())                 # the least likely token: logp ~ -300
+    lengths = [T, int(torch.randint(1, T, (1,), generator=g)), 0]     # padding, and a row with no tokens
+    batch = {"targets": targets, "completion_mask": lengths_mask(lengths, T).bool()}
+    exact = dict(atol=1e-9, rtol=1e-9)
+    out = [check("logprobs", "rollout.token_logp", [logits, batch], name="float64", grad=["logits"], **exact),
+           check("logprobs", "rollout.token_logp", [logits.float(), batch], name="float32", grad=["logits"]),
+           check("logprobs", "advantage.entropy_from_logits", [logits], name="float64", grad=["logits"], **exact),
+           check("logprobs", "advantage.entropy_from_logits", [logits[1].float()], name="float32", grad=["logits"]),
+           check("logprobs", "advantage.entropy_from_logits", [logits[2, 0].bfloat16()], name="bfloat16 -> float32")]
+    N, d = 7, 4
+    h = torch.randn(N, d, generator=g, dtype=F64)
+    h[0] *= 30                                                 # a large spread on one token
+    W, b = torch.randn(V, d, generator=g, dtype=F64), torch.randn(V, generator=g, dtype=F64)
+    t = torch.randint(0, V, (N,), generator=g)
+    T_ = 0.5 + float(torch.rand((), generator=g))              # the sampling temperature, != 1
+    for bias, grads in ((b, ["h", "weight", "bias"]), (None, ["h", "weight"])):
+        for i in (0, 1):                                       # d logp and d H (every input's gradient)
+            out.append(check("logprobs", "rollout.head_logp", [h, W, bias, t, T_, True], {},
+                             f"head, T {T_:.3f}, bias {bias is not None}, grad of {('logp', 'H')[i]}",
+                             grad=grads, grad_of=[i], **exact))
+    out.append(check("logprobs", "rollout.head_logp", [h.float(), W.float(), None, t], {}, "T = 1, no entropy",
+                     grad=["h"], grad_of=[0]))
+    return out
+
+
+def maze_reward(g):
+    import maze
+    out = []
+    for size in (7, 9):
+        grid = maze.make_maze(size, int(torch.randint(0, 10**6, (1,), generator=g)))
+        path = maze.solve(grid)
+        back = {"UP": "DOWN", "DOWN": "UP", "LEFT": "RIGHT", "RIGHT": "LEFT"}
+        wall = next(m for m in maze.MOVES if maze.step(grid, maze.find(grid, "S"), m) is None)
+        cases = [" ".join(path + ["DONE", "<eos>"]),                  # right
+                 path + ["DONE", "<eos>"],                            # right, as token strings
+                 "".join(path) + "DONE<eos>",                         # no spaces: the same words
+                 " ".join(path + ["DONE", "<eos>", "UP", "UP"]),      # after <eos>: not in a rollout
+                 " ".join(path + ["DONE"]),                           # no <eos>: cut by the length limit
+                 " ".join(path + ["<eos>"]),                          # no DONE
+                 " ".join(path + ["DONE", path[-1], "<eos>"]),        # a move after DONE
+                 " ".join(path + [back[path[-1]], path[-1], "DONE", "<eos>"]),   # past G and back
+                 " ".join([path[0], back[path[0]]] + path + ["DONE", "<eos>"]),  # a detour: walk 1, strict 0
+                 " ".join(path[:-1] + ["DONE", "<eos>"]),             # one move short
+                 " ".join([wall] + path + ["DONE", "<eos>"]),         # into a wall first
+                 " ".join(path).lower() + " DONE <eos>",              # not the vocabulary's words
+                 "", "<eos>", None, [1, 2, 3]]                        # nothing, ids, None: 0, never raise
+        out += [check("maze_reward", "maze.maze_reward", [grid, c, rule], name=f"{size}x{size} {rule} case {i}")
+                for rule in ("strict", "walk") for i, c in enumerate(cases)]
+        out.append(check("maze_reward", "maze.maze_reward", [grid, cases[0]], name="the default rule"))
+    out.append(check("maze_reward", "maze.maze_reward", [grid, cases[0], "lenient"], name="unknown rule"))
+    return out
+
+
 BUILDERS = {"group_advantages": group_advantages, "success_rate": success_rate, "focal_weight": focal_weight,
             "focal_advantages": focal_advantages, "focal_properties": focal_properties, "token_mean": token_mean,
             "aggregate": aggregate, "clip_bounds": clip_bounds, "policy_loss": policy_loss, "kl_k3": kl_k3,
-            "tail_miss": tail_miss, "pass_at_k": pass_at_k}
+            "tail_miss": tail_miss, "pass_at_k": pass_at_k, "logprobs": logprobs, "maze_reward": maze_reward}
 
 
 def checks(seed):
@@ -338,11 +396,12 @@ def main():
     p.add_argument("--check", default="false", choices=["true", "false"],
                    help="compare with the committed expected.json instead of writing it")
     check_only = p.parse_args().check == "true"
-    import advantage
-    if "NotImplementedError" in Path(advantage.__file__).read_text():
-        print(f"error: {advantage.__file__} is a student copy (stubbed); run this in the reference repo", file=sys.stderr)
+    modules = harness.graded_modules()
+    stubbed = [m.__file__ for m in modules.values() if "your code here (Problem" in Path(m.__file__).read_text()]
+    if stubbed:
+        print(f"error: {stubbed[0]} is a student copy (stubbed); run this in the reference repo", file=sys.stderr)
         sys.exit(2)
-    text = public_text({"advantage": advantage})
+    text = public_text(modules)
     if check_only:
         same = OUT.exists() and OUT.read_text() == text
         print(f"{OUT}: {'up to date' if same else 'STALE: rerun python assignments/make_expected.py'}")

@@ -29,7 +29,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from problems import GRADED, GRADED_FILES, PROBLEMS, RELEASE, WITHHELD  # noqa: E402
+from problems import GRADED, GRADED_FILES, PROBLEMS, RELEASE, REMOVED, WITHHELD  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -62,11 +62,21 @@ assignment fair.
 # -----------------------------------------------------------------------------
 # Source surgery with ast line numbers
 
-def function_node(tree, name):
+def function_node(tree, name, kinds=(ast.FunctionDef,)):
     for node in tree.body:
-        if isinstance(node, ast.FunctionDef) and node.name == name:
+        if isinstance(node, kinds) and node.name == name:
             return node
     raise KeyError(f"no top-level function {name!r}")
+
+
+def remove_definition(text, name):
+    """`text` without the top-level function or class `name` and the blank lines after it."""
+    node = function_node(ast.parse(text), name, (ast.FunctionDef, ast.ClassDef))
+    lines = text.splitlines(keepends=True)
+    end = node.end_lineno
+    while end < len(lines) and not lines[end].strip():
+        end += 1
+    return "".join(lines[:(node.decorator_list[0].lineno if node.decorator_list else node.lineno) - 1] + lines[end:])
 
 
 def graded_in(rel):
@@ -115,9 +125,11 @@ def solution_lines(text, rel="advantage.py"):
 # -----------------------------------------------------------------------------
 
 def student_file(text, rel):
-    """The reference file rel with every graded body stubbed."""
+    """The reference file rel with every graded body stubbed and the definitions REMOVED names left out."""
     for pid, name in graded_in(rel):
         text = stub_function(text, name, f"{name}: your code here (Problem {pid!r}, assignments/HANDOUT.md)")
+    for name in REMOVED.get(rel, []):
+        text = remove_definition(text, name)
     return text
 
 
@@ -170,6 +182,8 @@ def verify(dst, written, commit, root=ROOT):
         for _, name in graded_in(rel):
             body = function_node(tree, name).body
             assert len(body) == 2 and isinstance(body[1], ast.Raise), f"{name} is not a stub in the copy"
+        names = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
+        assert not names & set(REMOVED.get(rel, [])), f"{rel} still defines {sorted(names & set(REMOVED[rel]))}"
         secret |= solution_lines(git(root, "show", f"{commit}:{rel}").decode(), rel)
     modules = ", ".join(rel.removesuffix(".py") for rel in GRADED_FILES)
     r = subprocess.run([sys.executable, "-c", f"import {modules}"], cwd=dst, capture_output=True, text=True,

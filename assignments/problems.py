@@ -21,10 +21,17 @@ PROBLEMS = [
     ("kl_k3", 1, ["advantage.kl_k3"], "k3 estimate of KL to the reference (GRPO-KL, Sec. 5.6)"),
     ("tail_miss", 1, ["advantage.tail_miss_probability"], "tail-miss probability, Lemma 3.1"),
     ("pass_at_k", 2, ["advantage.pass_at_k", "advantage.pass_at_k_table"], "unbiased pass@k, Eq. 27"),
+    ("logprobs", 2, ["advantage.entropy_from_logits", "rollout.token_logp", "rollout.head_logp"],
+     "log-probs of the sampled tokens and the entropy, from logits and from the head (Eq. 14's pi_theta)"),
+    ("maze_reward", 1, ["maze.maze_reward"], "the maze's strict reward (Sec. 5.2) and MaxRL's walk rule"),
 ]
 
 GRADED = [f for _, _, fns, _ in PROBLEMS for f in fns]                    # "module.function"
 GRADED_FILES = sorted({f.split(".")[0] + ".py" for f in GRADED})          # what grade.py takes from a hand-in
+
+# Top-level definitions the student copy leaves out: another implementation of a graded function
+# (the trainer's chunked head; writing one is Problem 13's stretch).
+REMOVED = {"rollout.py": ["_chunk_logits", "_ChunkedHead"]}
 
 # Written by make_student_copy.py into the copy: the files it shipped, with a hash of each.
 RELEASE = "release.json"
@@ -35,4 +42,5 @@ WITHHELD = {
     "tests/test_advantage.py": "checks advantage.py against plain re-implementations of the graded functions",
     "tests/test_assignments.py": "builds wrong versions of the graded functions from the reference",
     "assignments/make_expected.py": "builds the hidden checks and answers them with the reference",
+    "tests/test_logp_memory.py": "checks the chunked head (removed: REMOVED) against plain log-probs and entropy",
 }

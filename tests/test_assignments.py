@@ -281,7 +281,7 @@ def graded_checks():
     """The public checks and one seed's hidden ones, answered by the reference."""
     checks, results = grade.public_checks()
     hidden = make_expected.checks(5)
-    answers = make_expected.answer(hidden, {"advantage": advantage})
+    answers = make_expected.answer(hidden, harness.graded_modules())
     return {pid: checks[pid] + hidden[pid] for pid in checks}, {pid: results[pid] + answers[pid] for pid in checks}
 
 
@@ -466,7 +466,7 @@ def test_make_student_copy_leaves_nothing_when_the_disk_fails(tmp_path, monkeypa
 
 
 def test_expected_fixture_matches_the_reference():
-    assert (ROOT / "assignments" / "expected.json").read_text() == make_expected.public_text({"advantage": advantage})
+    assert (ROOT / "assignments" / "expected.json").read_text() == make_expected.public_text(harness.graded_modules())
 
 
 def test_handout_commands_use_flags_that_exist():

@@ -85,14 +85,14 @@ def test_head_logp_values_and_chunk_size(monkeypatch):
     h, t = torch.randn(9, 6), torch.randint(0, 50, (9,))
     z = head(h).float() / 0.8
     for chunk_bytes in (1, 4 * 50 * 4 * CHUNK_TEMPS, 1 << 30):
-        logp, H = head_logp(h, head, t, 0.8, entropy=True, chunk_bytes=chunk_bytes)
+        logp, H = head_logp(h, head.weight, head.bias, t, 0.8, entropy=True, chunk_bytes=chunk_bytes)
         assert torch.allclose(logp, z.log_softmax(-1).gather(-1, t[:, None]).squeeze(-1), atol=1e-6)
         assert torch.allclose(H, entropy_from_logits(z), atol=1e-6)
     seen, orig = [], _ChunkedHead.apply
     monkeypatch.setattr(_ChunkedHead, "apply", lambda *a: seen.append(a[-1]) or orig(*a))
-    head_logp(h, head, t, chunk_bytes=4 * 50 * 4 * CHUNK_TEMPS)
-    head_logp(h.double(), head.double(), t, chunk_bytes=4 * 50 * 4 * CHUNK_TEMPS)    # float64: 8 bytes
-    head_logp(h, head.float(), t, chunk_bytes=1)                                     # at least one token
+    head_logp(h, head.weight, head.bias, t, chunk_bytes=4 * 50 * 4 * CHUNK_TEMPS)
+    head_logp(h.double(), head.double().weight, head.bias, t, chunk_bytes=4 * 50 * 4 * CHUNK_TEMPS)    # float64: 8 bytes
+    head_logp(h, head.float().weight, head.bias, t, chunk_bytes=1)                                     # at least one token
     assert seen == [4, 2, 1]
 
 

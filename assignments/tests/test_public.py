@@ -14,16 +14,16 @@ import pytest
 HERE = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
-import advantage  # noqa: E402
 import grade  # noqa: E402
 import harness  # noqa: E402
 from problems import PROBLEMS  # noqa: E402
 
 CHECKS, RESULTS = grade.public_checks()
+MODULES = harness.graded_modules()
 
 
 @pytest.mark.parametrize("pid", [pid for pid, *_ in PROBLEMS])
 def test_public_checks(pid):
-    got = [harness.run_check({"advantage": advantage}, c)[0] for c in CHECKS[pid]]
+    got = [harness.run_check(MODULES, c)[0] for c in CHECKS[pid]]
     failed = [m for i, (c, want) in enumerate(zip(CHECKS[pid], RESULTS[pid])) if (m := grade.judge(c, want, got[i], got, i))]
     assert not failed, f"{len(failed)} of {len(got)} checks fail:\n" + "\n".join(failed[:10])
