@@ -745,8 +745,9 @@ def head_logp(h, weight, bias, targets, temperature=1.0, entropy=False, chunk_by
     and H[i] = -sum_v p_v log p_v with p = softmax(z_i) (None unless entropy=True); differentiable
     w.r.t. h, weight and bias, finite for any finite logits. T must be the sampling temperature, or
     these are the log-probs of another distribution (a bug TRL users hit at T != 1).
-    The reference computes them in chunks of tokens (_ChunkedHead), so that the float32 (chunk, V)
-    buffers take about chunk_bytes and the (N, V) logits never exist."""
+    The plain form builds the (N, V) logits; the reference computes them in chunks of tokens
+    (_ChunkedHead, which the course's student copy leaves out) so that the float32 (chunk, V) buffers
+    take about chunk_bytes and the (N, V) logits never exist: 37-148 GiB at the paper's scale."""
     itemsize = torch.promote_types(h.dtype, torch.float32).itemsize
     chunk = max(1, chunk_bytes // (weight.shape[0] * itemsize * CHUNK_TEMPS))
     return _ChunkedHead.apply(h, weight, bias, targets, float(temperature), entropy, chunk)

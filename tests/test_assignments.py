@@ -9,6 +9,7 @@ left in score at most 1 point; a broken or hanging import ends in a `total:` lin
 This file is withheld from the student copy (assignments/problems.WITHHELD): the wrong versions
 below are one edit away from the solutions.
 """
+import ast
 import errno
 import itertools
 import json
@@ -31,7 +32,7 @@ import grade  # noqa: E402
 import harness  # noqa: E402
 import make_expected  # noqa: E402
 import make_student_copy  # noqa: E402
-from problems import PROBLEMS, WITHHELD  # noqa: E402
+from problems import GRADED_FILES, PROBLEMS, WITHHELD  # noqa: E402
 
 POINTS = {pid: points for pid, points, _, _ in PROBLEMS}
 FULL = sum(POINTS.values())
@@ -409,6 +410,46 @@ def test_json_over_a_users_file_is_refused(tmp_path):
 
 # -----------------------------------------------------------------------------
 # The student copy
+
+# head_logp written the plain way, from the contract: the copy has no chunked head to call
+PLAIN_HEAD = """
+def head_logp(h, weight, bias, targets, temperature=1.0, entropy=False, chunk_bytes=CHUNK_BYTES):
+    from advantage import entropy_from_logits
+    z = F.linear(h, weight, bias).to(torch.promote_types(h.dtype, torch.float32)) / temperature
+    logp = z.log_softmax(-1).gather(-1, targets[:, None]).squeeze(-1)
+    return logp, entropy_from_logits(z) if entropy else None
+"""
+
+
+def solved_copy(student, tmp):
+    """The student copy with every graded body written: the reference's, and PLAIN_HEAD."""
+    d = tmp / "solved"
+    shutil.copytree(student, d)
+    for rel in GRADED_FILES:
+        ref = subprocess.run(["git", "show", f"HEAD:{rel}"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+        text = (d / rel).read_text()
+        for _, name in make_student_copy.graded_in(rel):
+            src = PLAIN_HEAD if name == "head_logp" else \
+                ast.get_source_segment(ref, make_student_copy.function_node(ast.parse(ref), name))
+            text = make_student_copy.replace_function(text, name, src)
+        (d / rel).write_text(text)
+    return d
+
+
+def test_a_solved_copy_passes_its_own_tests_trains_and_scores_full(student, tmp_path):
+    """Part I through one RL step: once solved, the copy's own public tests and docs tests pass,
+    train.py runs a maze step on the student's functions (--skip_dead_groups false, so the update
+    forwards the all-zero-reward groups of a random policy through head_logp and the loss), and the
+    teacher's grading, hidden checks included, gives full marks to a plain head_logp."""
+    d = solved_copy(student, tmp_path)
+    r = run("-m", "pytest", "-q", "-p", "no:cacheprovider", "assignments/tests", "tests/test_readme.py", cwd=d)
+    assert r.returncode == 0, r.stdout[-3000:]
+    r = run("train.py", "--task", "maze", "--model", "tiny", "--maze_size", "7", "--steps", "2", "--prompts_per_step",
+            "2", "--mini_batch_prompts", "1", "--group_size", "4", "--eval_mazes", "4", "--skip_dead_groups", "false",
+            "--out_dir", d / "run", cwd=d)
+    assert r.returncode == 0 and "step 2/2" in r.stdout and " ent 0.000 " not in r.stdout, r.stdout[-2000:] + r.stderr[-2000:]
+    assert grade_dir(d, tmp_path)["total"] == [FULL, FULL]
+
 
 def test_copy_holds_tracked_files_only_with_stubs_and_agents_md(student):
     agents = (student / "AGENTS.md").read_text()
