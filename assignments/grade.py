@@ -167,9 +167,11 @@ def judge(c, want, got, results, i):
         if m:
             return m
     m = compare(want["out"], got.get("out"), what, atol, rtol, c.get("zero_rows", ()))
-    if m or "grads" not in want:
-        return m
-    return compare(want["grads"], got.get("grads"), f"{what}: gradient", atol, rtol)
+    if not m and "grads" in want:
+        m = compare(want["grads"], got.get("grads"), f"{what}: gradient", atol, rtol)
+    if not m and "param_grads" in want:
+        m = compare(want["param_grads"], got.get("param_grads"), f"{what}: the model's accumulated .grad", atol, rtol)
+    return m
 
 
 def compare_spied(c, want, got, what, atol, rtol):

@@ -14,9 +14,11 @@ import importlib
 import inspect
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 
 # -----------------------------------------------------------------------------
@@ -40,7 +42,15 @@ def enc(v):
 
 
 def dec(v):
-    """Inputs of a check back to values: {"ndarray": tensor} -> numpy, {"tuple": [...]} -> tuple."""
+    """Inputs of a check back to values: {"ndarray": tensor} -> numpy, {"tuple": [...]} -> tuple,
+    {"namespace": {...}} -> a config object, {"qwen2": {"config", "state"}} -> a float64 Qwen2 (SDPA: eager attention gives NaN gradients on left padding)."""
+    if isinstance(v, dict) and set(v) == {"namespace"}:
+        return SimpleNamespace(**dec(v["namespace"]))
+    if isinstance(v, dict) and set(v) == {"qwen2"}:
+        from transformers import Qwen2Config, Qwen2ForCausalLM
+        model = Qwen2ForCausalLM(Qwen2Config(**v["qwen2"]["config"], attn_implementation="sdpa")).double()
+        model.load_state_dict(v["qwen2"]["state"])
+        return model
     if isinstance(v, dict) and set(v) == {"ndarray"}:
         return v["ndarray"].numpy()
     if isinstance(v, dict) and set(v) == {"tuple"}:
@@ -111,6 +121,38 @@ class Linear:
         return (x * c["W"].to(x.dtype if x.is_floating_point() else c["W"].dtype)).sum()
 
 
+class Affine:
+    """A stand-in for a function whose output (or its first element) is a scalar that a caller
+    differentiates: the reference's recorded output at the recorded arguments, plus the first-order
+    term sum((x - x_ref) W) in its first argument x, W = d out / d x recorded there. Exact in value
+    and gradient at the call the reference made; any other call goes on to the graded module's own."""
+
+    def __init__(self, fn, calls):
+        self.fn, self.calls = fn, calls
+
+    def __call__(self, *args, **kwargs):
+        a = bind(self.fn, args, kwargs)
+        c = recorded(self.calls, a)
+        if c is None:
+            return self.fn(*args, **kwargs)
+        x = a[next(iter(a))]
+        out = dec_out(c["out"])
+        head = out[0] if isinstance(out, tuple) else out
+        head = head.to(x.dtype) + ((x - x.detach()) * c["W"].to(x.dtype)).sum()
+        return (head, *out[1:]) if isinstance(out, tuple) else head
+
+
+def torch_head_logp(h, weight, bias, targets, temperature=1.0, entropy=False, chunk_bytes=0):
+    """rollout.head_logp from torch's own cross-entropy and Categorical: what Problem 15's checks
+    run in place of the student's Problem 13."""
+    z = F.linear(h, weight, bias).to(torch.promote_types(h.dtype, torch.float32)) / temperature
+    H = torch.distributions.Categorical(logits=z).entropy() if entropy else None
+    return -F.cross_entropy(z, targets, reduction="none"), H
+
+
+STAND_INS = {"torch_head_logp": torch_head_logp}      # check["patch"]: {"module.name": one of these}
+
+
 class Spy:
     """Records each call (arguments by name) and returns sum(x * W) for a fixed cotangent W."""
 
@@ -125,10 +167,11 @@ class Spy:
 
 
 class Recorder:
-    """The reference's function, recording each call: Memo's table, or Linear's (W = d f / d x)."""
+    """The reference's function, recording each call: Memo's table, Linear's (W = d f / d x) or,
+    kind "affine", Affine's (the output and W at the call)."""
 
-    def __init__(self, fn, linear):
-        self.fn, self.linear, self.calls = fn, linear, []
+    def __init__(self, fn, kind):
+        self.fn, self.linear, self.affine, self.calls = fn, kind == "linear", kind == "affine", []
 
     def __call__(self, *args, **kwargs):
         a = bind(self.fn, args, kwargs)
@@ -136,6 +179,14 @@ class Recorder:
         stored = {k: (v.detach().clone() if isinstance(v, torch.Tensor) else v) for k, v in a.items()
                   if not (self.linear and k == first)}
         out = self.fn(*args, **kwargs)
+        if self.affine:
+            x = a[first].detach().clone().requires_grad_(True)
+            with torch.enable_grad():
+                y = self.fn(x, *list(a.values())[1:])
+                y = y[0] if isinstance(y, tuple) else y
+                W = torch.autograd.grad(y, x, allow_unused=True)[0] if y.requires_grad else None
+            self.calls.append({"args": stored, "out": enc(out), "W": torch.zeros_like(x) if W is None else W.detach()})
+            return out
         if self.linear:
             x = torch.zeros_like(a[first], dtype=torch.float64, requires_grad=True)
             with torch.enable_grad():                        # the caller may be under no_grad
@@ -197,19 +248,30 @@ def run_check(modules, check, record=False):
         if k in kwargs:
             kwargs[k] = kwargs[k].clone().requires_grad_(True)
     before = [t.detach().clone() for t in tensors([args, kwargs])]
+
+    def where(name):          # "token_mean": the module under test's; "rollout.head_logp": that module's
+        m, _, attr = name.rpartition(".")
+        return (modules[m] if m else mod), attr
+
     saved, stand_ins = {}, {}
-    for kind in ("memo", "linear"):
+    for kind in ("memo", "linear", "affine"):
         for name, calls in check.get(kind, {}).items():
-            saved[name] = getattr(mod, name)
-            stand_ins[name] = Recorder(saved[name], kind == "linear") if record else \
-                (Memo if kind == "memo" else Linear)(saved[name], calls)
+            saved[name] = getattr(*where(name))
+            stand_ins[name] = Recorder(saved[name], kind) if record else \
+                {"memo": Memo, "linear": Linear, "affine": Affine}[kind](saved[name], calls)
     for name, W in check.get("spy", {}).items():
-        saved[name] = getattr(mod, name)
+        saved[name] = getattr(*where(name))
         stand_ins[name] = Spy(saved[name], W)
+    for name, stand_in in check.get("patch", {}).items():
+        saved[name] = getattr(*where(name))
+        stand_ins[name] = STAND_INS[stand_in]
+    started = bool(check.get("dist")) and not torch.distributed.is_initialized()
+    if started:                         # all_sum and friends, one rank, for this check only
+        torch.distributed.init_process_group("gloo", store=torch.distributed.HashStore(), rank=0, world_size=1)
     result = {}
     try:
         for name, s in stand_ins.items():
-            setattr(mod, name, s)
+            setattr(*where(name), s)
         try:
             out = fn(*args, **kwargs)
         except Exception as e:  # noqa: BLE001: any exception is the student's result
@@ -228,18 +290,25 @@ def run_check(modules, check, record=False):
                     (g,) = torch.autograd.grad((y * cot.to(y.dtype)).sum(), x, retain_graph=True, allow_unused=True)
                 grads[n] = torch.zeros_like(x) if g is None else g
             result["grads"] = enc(grads)
+        if check.get("param_grads"):        # what the call accumulated in a model's .grad
+            model = ({n: a for n, a in zip(names, args)} | kwargs)[check["param_grads"]]
+            result["param_grads"] = enc({n: p.grad if p.grad is not None else torch.zeros_like(p)
+                                         for n, p in model.named_parameters()})
         result["mutated"] = not all(torch.equal(a, b) or (a.shape == b.shape and bool(
             torch.isclose(a.double(), b.double(), equal_nan=True, rtol=0, atol=0).all()))
             for a, b in zip((t.detach() for t in tensors([args, kwargs])), before))
         result["spied"] = {name: s.calls for name, s in stand_ins.items() if isinstance(s, Spy)}
-        tables = {kind: {name: stand_ins[name].calls for name in check.get(kind, {})} for kind in ("memo", "linear")}
+        tables = {kind: {name: stand_ins[name].calls for name in check.get(kind, {})}
+                  for kind in ("memo", "linear", "affine")}
         return result, tables if record else {}
     except Exception as e:  # noqa: BLE001: a gradient that fails, or outputs that do not encode
         result = {"error": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300]}
         return result, {}
     finally:
         for name, fn0 in saved.items():
-            setattr(mod, name, fn0)
+            setattr(*where(name), fn0)
+        if started and torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()
 
 
 def graded_modules():

@@ -12,6 +12,7 @@ with the structure that catches a known mistake (the comment on each says which)
 checks catch what the public ones catch, on numbers the student has not seen.
 """
 import argparse
+import dataclasses
 import json
 import math
 import sys
@@ -59,7 +60,7 @@ def unround_uniform(g, dtype, N, count):
 
 
 def check(problem, call, args, kwargs=None, name="", **opts):
-    for kind in ("memo", "linear"):                     # each check records its own tables (answer)
+    for kind in ("memo", "linear", "affine"):           # each check records its own tables (answer)
         if kind in opts:
             opts[kind] = {k: [] for k in opts[kind]}
     return {"problem": problem, "name": name, "call": call, "args": list(args), "kwargs": kwargs or {}, **opts}
@@ -275,9 +276,9 @@ def pass_at_k(g):
 def logprobs(g):
     S, T, V = 3, 5, 11
     logits = torch.randn(S, T, V, generator=g, dtype=F64) * 3
-    logits[0, :2] *= 40                    # a spread of ~300: log(softmax(z)) is -inf and p log p NaN there
+    logits[0, :2] *= 120                   # a spread of ~1000: log(softmax(z)) is -inf and p log p NaN there
     targets = torch.randint(0, V, (S, T), generator=g)
-    targets[0, 0] = int(logits[0, 0].argmin())                 # the least likely token: logp ~ -300
+    targets[0, 0] = int(logits[0, 0].argmin())                 # the least likely token: logp ~ -1000
     lengths = [T, int(torch.randint(1, T, (1,), generator=g)), 0]     # padding, and a row with no tokens
     batch = {"targets": targets, "completion_mask": lengths_mask(lengths, T).bool()}
     exact, f32 = dict(atol=1e-9, rtol=1e-9), dict(atol=1e-5, rtol=1e-5)     # float32: any stable order passes
@@ -317,7 +318,7 @@ def maze_reward(g):
                  " ".join(path + ["DONE"]),                           # no <eos>: cut by the length limit
                  " ".join(path + ["<eos>"]),                          # no DONE
                  " ".join(path + ["DONE", path[-1], "<eos>"]),        # a move after DONE
-                 " ".join(path + [back[path[-1]], path[-1], "DONE", "<eos>"]),   # past G and back
+                 " ".join(path + [back[path[-1]], "DONE", "<eos>"]),  # walk: 1 at G, whatever follows
                  " ".join([path[0], back[path[0]]] + path + ["DONE", "<eos>"]),  # a detour: walk 1, strict 0
                  " ".join(path[:-1] + ["DONE", "<eos>"]),             # one move short
                  " ".join([wall] + path + ["DONE", "<eos>"]),         # into a wall first
@@ -330,10 +331,52 @@ def maze_reward(g):
     return out
 
 
+def qwen2(g, V):
+    """A random 1-layer Qwen2 as plain data (harness.dec builds it, float64, eager attention)."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+    config = dict(vocab_size=V, hidden_size=8, intermediate_size=16, num_hidden_layers=1, num_attention_heads=2,
+                  num_key_value_heads=1, max_position_embeddings=64, tie_word_embeddings=False)
+    model = Qwen2ForCausalLM(Qwen2Config(**config)).double()
+    state = {k: torch.randn(v.shape, generator=g, dtype=F64) * 0.5 for k, v in model.state_dict().items()}
+    return {"qwen2": {"config": config, "state": state}}
+
+
+def update(g):
+    import train
+    V, N = 13, 3
+    model = qwen2(g, V)
+    ints = lambda lo, hi: int(torch.randint(lo, hi, (1,), generator=g))            # noqa: E731
+    prompts, completions = [], []
+    for _ in range(4):                                        # 4 groups of N, prompts and lengths differ
+        p = torch.randint(1, V, (ints(2, 6),), generator=g).tolist()
+        prompts += [p] * N
+        completions += [torch.randint(1, V, (ints(1, 7),), generator=g).tolist() for _ in range(N)]
+    A = torch.randn(4 * N, generator=g, dtype=F64)
+    A[N:2 * N] = 0.0                                          # a group without signal: skipped, still counted
+    old = [-torch.rand(len(c), generator=g, dtype=F64) * 2 for c in completions]
+    base = dict(group_size=N, share_prompts=False, micro_batch_size=4, micro_batch_tokens=0, skip_dead_groups=True,
+                kl_coef=0.0, entropy_coef=0.0, loss="grpo", eps_low=None, eps_high=None, dual_clip=3.0,
+                temperature=1.0, loss_agg="token-mean", max_response_len=8)
+    assert set(base) <= {f.name for f in dataclasses.fields(train.Config)}
+    specs = [("on-policy, 3 micro-batches", {}, None, 1),      # a micro-batch's own count: wrong weights
+             ("as on one of 2 ranks", {}, None, 2),            # FSDP averages over ranks: x world undoes it
+             ("off-policy dapo, T 0.7", {"loss": "dapo", "temperature": 0.7}, old, 1),   # the ratio uses old_logp
+             ("seq-mean-token-mean, no skipping", {"loss_agg": "seq-mean-token-mean", "skip_dead_groups": False}, None, 1),
+             ("cispo + entropy bonus", {"loss": "cispo", "entropy_coef": 0.05}, None, 1),  # every token forwarded
+             ("Dr. GRPO, one micro-batch", {"loss_agg": "seq-mean-token-sum-norm", "micro_batch_size": 64}, old, 1)]
+    deps = {"affine": {"policy_loss": [], "aggregate": [], "token_mean": []}, "patch": {"rollout.head_logp": "torch_head_logp"},
+            "dist": True, "param_grads": "model"}
+    return [check("update", "train.update_minibatch", [model, None, prompts, completions, A, o],
+                  {"on_policy": o is None, "cfg": {"namespace": {**base, **kw}}, "pad_id": 0, "device": "cpu",
+                   "world": world}, name, atol=1e-9, rtol=1e-9, **deps)
+            for name, kw, o, world in specs]
+
+
 BUILDERS = {"group_advantages": group_advantages, "success_rate": success_rate, "focal_weight": focal_weight,
             "focal_advantages": focal_advantages, "focal_properties": focal_properties, "token_mean": token_mean,
             "aggregate": aggregate, "clip_bounds": clip_bounds, "policy_loss": policy_loss, "kl_k3": kl_k3,
-            "tail_miss": tail_miss, "pass_at_k": pass_at_k, "logprobs": logprobs, "maze_reward": maze_reward}
+            "tail_miss": tail_miss, "pass_at_k": pass_at_k, "logprobs": logprobs, "maze_reward": maze_reward,
+            "update": update}
 
 
 def checks(seed):

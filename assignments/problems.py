@@ -24,6 +24,7 @@ PROBLEMS = [
     ("logprobs", 2, ["advantage.entropy_from_logits", "rollout.token_logp", "rollout.head_logp"],
      "log-probs of the sampled tokens and the entropy, from logits and from the head (Eq. 14's pi_theta)"),
     ("maze_reward", 1, ["maze.maze_reward"], "the maze's strict reward (Sec. 5.2) and MaxRL's walk rule"),
+    ("update", 3, ["train.update_minibatch"], "one mini-batch's gradient over micro-batches, global counts (App. B)"),
 ]
 
 GRADED = [f for _, _, fns, _ in PROBLEMS for f in fns]                    # "module.function"

@@ -259,16 +259,138 @@ POLICY_EDITS = {
 }
 
 
+# The other graded files: (file, a line of the reference, its wrong replacement, the problems it must lose)
+FILE_EDITS = {
+    "logp_from_log_of_softmax": ("rollout.py", "logp = logits.log_softmax(-1).gather(", "logp = logits.softmax(-1).log().gather(",
+                                 {"logprobs"}),
+    "logp_not_masked": ("rollout.py", 'return logp * batch["completion_mask"]', "return logp", {"logprobs"}),
+    "entropy_in_float32": ("advantage.py", "logits = logits.to(torch.promote_types(logits.dtype, torch.float32))",
+                           "logits = logits.float()", {"logprobs"}),
+    "update_local_counts": ("train.py", "agg = dict(loss_agg=cfg.loss_agg, num_tokens=n_tok, num_seqs=n_seq,",
+                            "agg = dict(loss_agg=cfg.loss_agg, num_tokens=None, num_seqs=None,", {"update"}),
+    "update_live_counts": ("train.py", "for c in counts[:2])", "for c in counts[2:])", {"update"}),
+    "update_without_world": ("train.py", "(loss * (world if live else 0.0)).backward()",
+                             "(loss * (1.0 if live else 0.0)).backward()", {"update"}),
+    "update_ignores_old_logp": ("train.py", "old = logp.detach() if on_policy or not live else padded",
+                                "old = logp.detach() if True else padded", {"update"}),
+    "update_entropy_sign": ("train.py", "loss = loss - cfg.entropy_coef * aggregate(H_tok, mask, **agg)",
+                            "loss = loss + cfg.entropy_coef * aggregate(H_tok, mask, **agg)", {"update"}),
+    "update_diagnostics_over_all_tokens": ("train.py", "diag_scale = counts[0] / max(counts[2], 1)", "diag_scale = 1.0",
+                                           {"update"}),
+}
+
+# Whole wrong definitions in rollout.py and maze.py: (file, function, source, the problems it must lose)
+HEAD = "def head_logp(h, weight, bias, targets, temperature=1.0, entropy=False, chunk_bytes=CHUNK_BYTES):\n"
+FILE_WRONG = {
+    "entropy_p_log_p": ("advantage.py", "entropy_from_logits", """
+def entropy_from_logits(logits):
+    p = logits.double().softmax(-1)
+    return -(p * p.log()).sum(-1).to(torch.promote_types(logits.dtype, torch.float32))
+""", {"logprobs"}),
+    "head_without_temperature": ("rollout.py", "head_logp", HEAD + """
+    z = F.linear(h, weight, bias).to(torch.promote_types(h.dtype, torch.float32))
+    from advantage import entropy_from_logits
+    return z.log_softmax(-1).gather(-1, targets[:, None]).squeeze(-1), entropy_from_logits(z) if entropy else None
+""", {"logprobs"}),
+    "head_temperature_after_log_softmax": ("rollout.py", "head_logp", HEAD + """
+    z = F.linear(h, weight, bias).to(torch.promote_types(h.dtype, torch.float32))
+    from advantage import entropy_from_logits
+    lp = z.log_softmax(-1) / temperature
+    return lp.gather(-1, targets[:, None]).squeeze(-1), entropy_from_logits(z / temperature) if entropy else None
+""", {"logprobs"}),
+    "head_without_bias": ("rollout.py", "head_logp", HEAD + """
+    z = F.linear(h, weight).to(torch.promote_types(h.dtype, torch.float32)) / temperature
+    from advantage import entropy_from_logits
+    return z.log_softmax(-1).gather(-1, targets[:, None]).squeeze(-1), entropy_from_logits(z) if entropy else None
+""", {"logprobs"}),
+    "head_entropy_always": ("rollout.py", "head_logp", HEAD + """
+    z = F.linear(h, weight, bias).to(torch.promote_types(h.dtype, torch.float32)) / temperature
+    from advantage import entropy_from_logits
+    return z.log_softmax(-1).gather(-1, targets[:, None]).squeeze(-1), entropy_from_logits(z)
+""", {"logprobs"}),
+    "strict_without_eos": ("maze.py", "maze_reward", """
+def maze_reward(grid, completion, rule="strict"):
+    if rule not in RULES:
+        raise ValueError(rule)
+    tokens = WORD.findall(completion) if isinstance(completion, str) else list(completion or [])
+    tokens = tokens[:tokens.index("<eos>")] if "<eos>" in tokens else tokens
+    if rule == "strict":
+        return float(tokens == solve(grid) + ["DONE"])
+    return walk_reward(grid, tokens)
+""", {"maze_reward"}),
+    "strict_prefix_up_to_done": ("maze.py", "maze_reward", """
+def maze_reward(grid, completion, rule="strict"):
+    if rule not in RULES:
+        raise ValueError(rule)
+    tokens = WORD.findall(completion) if isinstance(completion, str) else completion
+    if not isinstance(tokens, list) or not all(isinstance(t, str) for t in tokens) or "<eos>" not in tokens:
+        return 0.0
+    tokens = tokens[:tokens.index("<eos>")]
+    if rule == "strict":
+        return float("DONE" in tokens and tokens[:tokens.index("DONE") + 1] == solve(grid) + ["DONE"])
+    return walk_reward(grid, tokens)
+""", {"maze_reward"}),
+    "walk_must_end_on_goal": ("maze.py", "maze_reward", """
+def maze_reward(grid, completion, rule="strict"):
+    if rule not in RULES:
+        raise ValueError(rule)
+    tokens = WORD.findall(completion) if isinstance(completion, str) else completion
+    if not isinstance(tokens, list) or not all(isinstance(t, str) for t in tokens) or "<eos>" not in tokens:
+        return 0.0
+    tokens = tokens[:tokens.index("<eos>")]
+    if rule == "strict":
+        return float(tokens == solve(grid) + ["DONE"])
+    if "DONE" not in tokens or any(m not in MOVES for m in tokens[:tokens.index("DONE")]):
+        return 0.0
+    pos = find(grid, "S")
+    for m in tokens[:tokens.index("DONE")]:
+        pos = step(grid, pos, m)
+        if pos is None:
+            return 0.0
+    return float(pos == find(grid, "G"))
+""", {"maze_reward"}),
+}
+# The walk rule, right, for the strict-rule mistakes above (defined in the module they are planted in)
+WALK = """
+def walk_reward(grid, tokens):
+    if "DONE" not in tokens or any(m not in MOVES for m in tokens[:tokens.index("DONE")]):
+        return 0.0
+    pos, goal = find(grid, "S"), find(grid, "G")
+    for m in tokens[:tokens.index("DONE")]:
+        pos = step(grid, pos, m)
+        if pos is None:
+            return 0.0
+        if pos == goal:
+            return 1.0
+    return 0.0
+"""
+
+
+def head_text(rel):
+    return subprocess.run(["git", "show", f"HEAD:{rel}"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+
+
 def wrong_texts():
+    """{name: (module name, its wrong source)}."""
     text = reference_text()
-    out = {name: make_student_copy.replace_function(text, fn, src) for name, (fn, src, _) in WRONG.items()}
+    out = {name: ("advantage", make_student_copy.replace_function(text, fn, src)) for name, (fn, src, _) in WRONG.items()}
     for name, (old, new) in POLICY_EDITS.items():
         assert text.count(old) == 1, f"{name}: the reference's policy_loss no longer has the line {old!r}"
-        out[name] = text.replace(old, new)
+        out[name] = ("advantage", text.replace(old, new))
+    for name, (rel, old, new, _) in FILE_EDITS.items():
+        ref = head_text(rel)
+        assert ref.count(old) == 1, f"{name}: {rel} no longer has the line {old!r}"
+        out[name] = (rel.removesuffix(".py"), ref.replace(old, new))
+    for name, (rel, fn, src, _) in FILE_WRONG.items():
+        out[name] = (rel.removesuffix(".py"), make_student_copy.replace_function(head_text(rel), fn, src) + WALK)
     return out
 
 
-LOSES = {**{n: v[2] for n, v in WRONG.items()}, **{n: {"policy_loss"} for n in POLICY_EDITS}}
+LOSES = {**{n: v[2] for n, v in WRONG.items()}, **{n: {"policy_loss"} for n in POLICY_EDITS},
+         **{n: v[3] for n, v in FILE_EDITS.items()}, **{n: v[3] for n, v in FILE_WRONG.items()}}
+EDITED = {**{n: "policy_loss" for n in POLICY_EDITS}, **{n: v[1] for n, v in FILE_WRONG.items()},
+          **{n: {"rollout.py": "head_logp", "advantage.py": "entropy_from_logits", "train.py": "update_minibatch"}[v[0]]
+             if "logp_" not in n else "token_logp" for n, v in FILE_EDITS.items()}}
 
 
 def module_from(text, name="advantage"):
@@ -294,14 +416,16 @@ def reach(fn, checks):
     that stand in for it (a correct caller gets the recorded answer, so only these can change)."""
     return {pid for pid, cs in checks.items() for c in cs if c["call"].endswith(f".{fn}")
             or (pid == "focal_properties" and fn in CHAIN)
-            or any(fn in c.get(k, {}) for k in ("memo", "linear", "spy"))}
+            or any(fn in c.get(k, {}) for k in ("memo", "linear", "affine", "spy"))}
 
 
 def lost_problems(mod, graded_checks, pids=None):
+    """The problems mod (a graded module, maybe wrong) loses, the other graded modules the reference's."""
     checks, want = graded_checks
+    modules = {**harness.graded_modules(), mod.__name__: mod}
     lost = set()
     for pid in pids or checks:
-        got = [harness.run_check({"advantage": mod}, c)[0] for c in checks[pid]]
+        got = [harness.run_check(modules, c)[0] for c in checks[pid]]
         if any(grade.judge(c, want[pid][i], got[i], got, i) for i, c in enumerate(checks[pid])):
             lost.add(pid)
     return lost
@@ -309,14 +433,16 @@ def lost_problems(mod, graded_checks, pids=None):
 
 @pytest.mark.parametrize("name", sorted(LOSES))
 def test_each_wrong_version_loses_its_problem_only(graded_checks, name):
-    fn = WRONG[name][0] if name in WRONG else "policy_loss"
+    fn = WRONG[name][0] if name in WRONG else EDITED[name]
     pids = reach(fn, graded_checks[0])
     assert LOSES[name] <= pids
-    assert lost_problems(module_from(wrong_texts()[name]), graded_checks, pids) == LOSES[name]
+    assert lost_problems(module_from(*reversed(wrong_texts()[name])), graded_checks, pids) == LOSES[name]
 
 
 def test_the_reference_in_process_loses_nothing(graded_checks):
     assert lost_problems(advantage, graded_checks) == set()
+    plain = module_from(make_student_copy.replace_function(head_text("rollout.py"), "head_logp", PLAIN_HEAD), "rollout")
+    assert lost_problems(plain, graded_checks, {"logprobs", "update"}) == set()      # the plain head is right
 
 
 # -----------------------------------------------------------------------------
