@@ -533,15 +533,24 @@ def update_minibatch(model, ref_model, prompts, completions, A, old_logp, *, on_
     prompts, completions: token-id lists, one per sequence, N consecutive ones per group; A: (S,)
     advantages; old_logp: per-sequence log-probs under pi_old, or None when on_policy: then the first
     forward IS pi_old (deviation 5) and the ratio is exactly 1. max_len: the response budget, for
-    --loss_agg seq-mean-token-sum-norm (default --max_response_len). Returns (metrics summed over
-    ranks, logp of each completion before this update as 1-D CPU tensors, None for a skipped one).
-    The loss of every micro-batch is divided by the GLOBAL counts of the mini-batch (tokens, or
-    sequences, advantage.aggregate), so the accumulated gradient is the exact mini-batch loss (the
-    paper's token-mean, App. B / L.2), however the micro-batches are cut (micro_batches). FSDP
-    averages gradients over ranks; multiplying by world undoes that, leaving the global sum.
-    Groups without signal (A = 0 for all N, e.g. X in {0, N}) add exactly 0 to the loss and its
-    gradient, so with skip_dead(cfg) they are not forwarded at all: the counts still include them,
-    and the diagnostics (entropy, ratio, clip fractions) are means over the live tokens.
+    --loss_agg seq-mean-token-sum-norm (default --max_response_len). ref_model: for --kl_coef > 0.
+    The forward passes are micro_batches(cfg, ...) of the sequences live_rows(cfg, A) keeps, each
+    packed (rollout.pack) and scored by rollout.policy_logp with entropy. Groups without signal
+    (A = 0 for all N) add exactly 0 to the loss and its gradient, so with skip_dead(cfg) they are
+    not forwarded at all, but they still count.
+    The loss (policy_loss, Eqs. 14-16; minus entropy_coef times the aggregated entropy, GRPO-H; plus
+    kl_coef times the aggregated kl_k3, GRPO-KL) of every micro-batch is divided by the GLOBAL counts
+    of the mini-batch: its tokens and sequences on all ranks (all_sum), skipped ones included, as
+    advantage.aggregate's num_tokens and num_seqs. So the accumulated gradient is that of the exact
+    mini-batch loss (the paper's token-mean, App. B / L.2), however the micro-batches are cut. FSDP
+    averages gradients over ranks: multiplying each loss by world undoes that, leaving the global sum.
+    Every rank must run as many passes: an empty micro-batch ([]) runs row 0 with weight 0.
+    Returns (metrics, first_logp). metrics, over all ranks: policy_loss's diagnostics and "entropy"
+    (the token mean of H) as means over the live tokens (each micro-batch's value, computed with the
+    global token count, times all tokens / live tokens, summed); "loss/pg" the sum of the
+    micro-batches' policy losses; "kl/k3" the token mean of kl_k3 with a reference model;
+    "ratio/max" the max; "skip/live_frac" the live sequences' share. first_logp: each completion's
+    log-probs from this update's forward (1-D CPU tensors of its length), None for a skipped one.
     """
     assert on_policy == (old_logp is None), "on-policy updates reuse the first forward; others need old_logp"
     keep = live_rows(cfg, A)
