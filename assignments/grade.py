@@ -533,6 +533,14 @@ EXPERIMENTS = [
 ]
 
 
+def counted_experiments(exp):
+    """HANDOUT.md's required part: E1-E3 and the two best ablations ("pick two"); and the rest (GPU
+    and node tiers), which the total leaves out. exp: grade_experiments' rows."""
+    ablations = sorted((r for r in exp if r[0].startswith("A")), key=lambda r: -r[2])[:2]
+    counted = [r for r in exp if r[0].startswith("E") or any(r is a for a in ablations)]
+    return counted, [r for r in exp if r[0][0] in "GT"]
+
+
 def grade_experiments(root):
     """[(id, title, points earned, points, [what is wrong])]."""
     rows = []
@@ -592,9 +600,15 @@ def main():
             print(f"  {eid:3s} {title:40s} {e:g} / {t:g}")
             for w in wrong[:4]:
                 print(f"        {w}")
-        e_sum, t_sum = sum(r[2] for r in exp), sum(r[3] for r in exp)
-        print(f"experiments: {e_sum:g} / {t_sum:g}")
-        report["experiments"] = {r[0]: {"points": r[2], "max": r[3], "wrong": r[4]} for r in exp}
+        counted, extra = counted_experiments(exp)
+        e_sum, t_sum = sum(r[2] for r in counted), sum(r[3] for r in counted)
+        x_sum, xt_sum = sum(r[2] for r in extra), sum(r[3] for r in extra)
+        print(f"experiments, required: {e_sum:g} / {t_sum:g} (E1-E3 and the best two of A1-A5: "
+              f"{', '.join(r[0] for r in counted if r[0].startswith('A'))}); "
+              f"the GPU and node tiers: {x_sum:g} / {xt_sum:g}, outside the total (extra credit, or in place of "
+              f"ablations, as the course decides); the rest of each problem is graded by hand")
+        report["experiments"] = {r[0]: {"points": r[2], "max": r[3], "wrong": r[4], "counted": r in counted}
+                                 for r in exp}
         earned, total = earned + e_sum, total + t_sum
     report["total"] = [earned, total]
     if args.json:

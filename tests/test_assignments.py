@@ -677,6 +677,23 @@ def test_experiment_checks_on_synthetic_runs(tmp_path):
     assert grade.check_run(tmp_path, "out/class/g0_s0", 100, **grade.CLASS)            # 80 of 100 steps
     assert grade.check_run(tmp_path, "out/class/g0_s0", 80, **dict(grade.CLASS, gamma=0.5))
     assert grade.check_eval(tmp_path, "out/class/sft_eval.json", "maze", 1024)
+    # "pick two": of three ablations done, two count; the GPU and node tiers stay outside the total
+    for g in ("0", "0.5"):
+        for a, kw in (("nostd", dict(norm_std=False)), ("N4", dict(group_size=4)), ("N16", dict(group_size=16))):
+            d = tmp_path / "out" / "ablate" / (f"{a}_g{g}")
+            write_run(d, float(g), 0)
+            info = json.loads((d / "run.json").read_text())
+            (d / "run.json").write_text(json.dumps({**info, "config": {**info["config"], **kw}}))
+    for a in ("seq-mean-token-mean", "seq-mean-token-sum-norm"):
+        d = tmp_path / "out" / "ablate" / f"agg_{a}"
+        write_run(d, 0.0, 0)
+        info = json.loads((d / "run.json").read_text())
+        (d / "run.json").write_text(json.dumps({**info, "config": {**info["config"], "loss_agg": a}}))
+    exp = grade.grade_experiments(tmp_path)
+    assert [r[2] for r in exp if r[0] in ("A2", "A3", "A4")] == [1.0, 1.0, 1.0]
+    counted, extra = grade.counted_experiments(exp)
+    assert [r[0] for r in counted] == ["E1", "E2", "E3", "A2", "A3"] and sum(r[3] for r in counted) == 8
+    assert [r[0] for r in extra] == ["G1", "G2", "T1"]
 
 
 def test_compare_runs_says_no_se_with_one_run_per_arm(capsys):
