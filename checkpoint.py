@@ -39,7 +39,7 @@ from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict,
                                                      get_state_dict, set_state_dict)
 
-from common import (MARKER, atomic_dir, atomic_write_json, atomic_write_text, check, is_ours, mark_out_dir,
+from common import (MARKER, atomic_dir, atomic_write_json, atomic_write_text, check, code_hashes, is_ours, mark_out_dir,
                     refuse, remove_temp, replace_dir)
 
 # What train.py writes in --out_dir; a folder holding anything else is refused (common.check_out_dir).
@@ -206,8 +206,8 @@ def start_logging(cfg, out, task, world, start):
     if start:
         print(f"resumed from step {start}", flush=True)
     mark_out_dir(out, LOGS)               # so a later fresh run knows these two are ours (check_run)
-    atomic_write_json(out / "run.json", {"config": asdict(cfg), "git": git_sha(), "world": world,
-                                         "torch": torch.__version__, "argv": sys.argv,
+    atomic_write_json(out / "run.json", {"config": asdict(cfg), "git": git_sha(), "code": code_hashes(),
+                                         "world": world, "torch": torch.__version__, "argv": sys.argv,
                                          "num_prompts": task.num_prompts})
     keep_metrics_until(out / "metrics.jsonl", start)
     return make_logger(cfg, out)

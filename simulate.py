@@ -52,7 +52,7 @@ import numpy as np
 import torch
 
 from advantage import focal_weight, group_advantages, success_rate, tail_miss_argmax, tail_miss_probability
-from common import (atomic_write_json, atomic_write_text, check, check_choices, check_out_dir, check_positive, mark_out_dir, parse_config,
+from common import (atomic_write_json, atomic_write_text, check, check_choices, check_out_dir, code_hashes, check_positive, mark_out_dir, parse_config,
                     refuse, remove_temp)
 
 
@@ -750,7 +750,7 @@ def main(cfg):
         t0 = time.perf_counter()
         runs, timing, steps = simulate(cfg)
         timing = {"wall_s": round(time.perf_counter() - t0, 2), **{f"{k}_cpu_s": round(v, 2) for k, v in timing.items()}}
-        res = dict(config=dataclasses.asdict(cfg), steps=steps, timing=timing, runs=runs)
+        res = dict(config=dataclasses.asdict(cfg), code=code_hashes(), steps=steps, timing=timing, runs=runs)
         if cfg.surrogate == "distinct":                                       # Eq. 5 is the distinct reading
             res["one_step"] = one_step_check(cfg, SENSITIVITY["group_sizes"], draws=ONE_STEP_DRAWS)
         atomic_write_json(out / "results.json", res)

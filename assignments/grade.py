@@ -390,15 +390,33 @@ def differs(got, want):
     return got != want
 
 
+def ran_the_hand_in(root, info, what):
+    """The graded files a run imported (its "code": {file: sha256}, common.code_hashes) are those in
+    root, the hand-in, byte for byte: the run's numbers are then those of the code being graded."""
+    code = info.get("code") if isinstance(info, dict) else None
+    ran = [f for f in GRADED_FILES if isinstance(code, dict) and f in code]
+    if not ran:
+        return [f"{what}: records no hash of the graded files it ran (rerun it with this release)"]
+    return [f"{what}: ran another {f} than the one handed in" for f in ran
+            if not (Path(root) / f).is_file() or file_sha256(Path(root) / f) != code[f]]
+
+
+def file_sha256(path):
+    import hashlib
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
 def check_run(root, run, steps, world=None, last=(), **config):
-    """train.py's out_dir: run.json's config has these values, metrics.jsonl every step 1..steps,
-    every logged number finite, and the last line holds the keys in `last`."""
+    """train.py's out_dir: run.json's config has these values, it ran the hand-in's graded files,
+    metrics.jsonl has every step 1..steps, every logged number finite, and the last line holds the
+    keys in `last`."""
     d = Path(root) / run
     info, err = read_json(d / "run.json")
     if err:
         return [err]
     wrong = [f"{run}: --{k} {info['config'].get(k)!r}, required {v!r}" for k, v in
              {"steps": steps, **config}.items() if differs(info["config"].get(k), v)]
+    wrong += ran_the_hand_in(root, info, run)
     if world is not None and info.get("world") != world:
         wrong.append(f"{run}: world size {info.get('world')}, required {world}")
     try:
@@ -452,6 +470,7 @@ def check_simulation(root, path, steps, gammas, group_sizes, seeds):
     cfg = r.get("config", {})
     want = {"steps": steps, "gammas": list(gammas), "group_sizes": list(group_sizes), "seeds": seeds}
     wrong = [f"{path}: --{k} {cfg.get(k)}, required {v}" for k, v in want.items() if cfg.get(k) != v]
+    wrong += ran_the_hand_in(root, r, path)
     runs = r.get("runs", [])
     if len(runs) != len(gammas) * len(group_sizes) * seeds:
         wrong.append(f"{path}: {len(runs)} runs, required {len(gammas) * len(group_sizes) * seeds}")
@@ -541,11 +560,19 @@ def counted_experiments(exp):
     return counted, [r for r in exp if r[0][0] in "GT"]
 
 
-def grade_experiments(root):
-    """[(id, title, points earned, points, [what is wrong])]."""
+# Experiments whose file holds what a graded function computes: they count only when that problem
+# passes in the same grading run (the submission's own code then computes the file's numbers).
+NEEDS = {"E2": "tail_miss"}
+
+
+def grade_experiments(root, passed=None):
+    """[(id, title, points earned, points, [what is wrong])]. passed: the problems that scored."""
     rows = []
     for eid, title, checks in EXPERIMENTS:
         earned, total, wrong = 0.0, 0.0, []
+        if eid in NEEDS and passed is not None and NEEDS[eid] not in passed:
+            why = [f"Problem {NEEDS[eid]!r} does not pass here, so the file is not your code's output"]
+            checks = [(points, lambda root: why) for points, _ in checks]
         for points, check in checks:
             w = check(root)
             earned, total, wrong = earned + (0 if w else points), total + points, wrong + w
@@ -595,7 +622,7 @@ def main():
               "implementation": [earned, total], "reference_reachable": reachable}
     if args.runs:
         print(f"experiment problems, machine-checked part ({args.runs}; plots and sentences are graded by hand):")
-        exp = grade_experiments(Path(args.runs))
+        exp = grade_experiments(Path(args.runs), {r[0] for r in rows if r[1] == r[2]})
         for eid, title, e, t, wrong in exp:
             print(f"  {eid:3s} {title:40s} {e:g} / {t:g}")
             for w in wrong[:4]:

@@ -655,10 +655,14 @@ def test_handout_commands_use_flags_that_exist():
 def test_experiment_checks_on_synthetic_runs(tmp_path):
     """grade.py --runs: a class run (E3) with the required flags, steps and evaluation earns its
     points; a NaN, a missing step or another --gamma loses them."""
+    for rel in GRADED_FILES:                           # the hand-in's graded files, which the runs ran
+        shutil.copyfile(ROOT / rel, tmp_path / rel)
+    code = {rel: grade.file_sha256(tmp_path / rel) for rel in GRADED_FILES}
+
     def write_run(d, gamma, seed, steps=80, nan=False):
         d.mkdir(parents=True)
         cfg = dict(grade.CLASS, gamma=gamma, seed=seed, steps=steps)
-        (d / "run.json").write_text(json.dumps({"config": cfg, "world": 1}))
+        (d / "run.json").write_text(json.dumps({"config": cfg, "world": 1, "code": code}))
         lines = [{"step": s, "reward/mean": 0.5, "loss/pg": float("nan") if nan and s == 7 else 0.1,
                   **({k: 0.3 for k in grade.PASSK} if s == steps else {})} for s in range(1, steps + 1)]
         (d / "metrics.jsonl").write_text("".join(json.dumps(m) + "\n" for m in lines))
@@ -677,6 +681,20 @@ def test_experiment_checks_on_synthetic_runs(tmp_path):
     assert grade.check_run(tmp_path, "out/class/g0_s0", 100, **grade.CLASS)            # 80 of 100 steps
     assert grade.check_run(tmp_path, "out/class/g0_s0", 80, **dict(grade.CLASS, gamma=0.5))
     assert grade.check_eval(tmp_path, "out/class/sft_eval.json", "maze", 1024)
+    # the runs must have run the graded files handed in: another advantage.py, or none recorded, loses
+    (tmp_path / "advantage.py").write_text((ROOT / "advantage.py").read_text() + "\n# edited after the runs\n")
+    assert any("ran another advantage.py" in w for w in grade.check_run(tmp_path, "out/class/g0_s0", 80, **grade.CLASS))
+    (tmp_path / "advantage.py").write_bytes((ROOT / "advantage.py").read_bytes())
+    info = json.loads((cls / "g0_s0" / "run.json").read_text())
+    (cls / "g0_s0" / "run.json").write_text(json.dumps({k: v for k, v in info.items() if k != "code"}))
+    assert any("records no hash" in w for w in grade.check_run(tmp_path, "out/class/g0_s0", 80, **grade.CLASS))
+    (cls / "g0_s0" / "run.json").write_text(json.dumps(info))
+    # E2 from a table that Problem 11's own code did not pass for: 0
+    (tmp_path / "out" / "lemma.json").write_text(json.dumps(
+        {f"{mu},{rho}": list(advantage.tail_miss_argmax(mu, rho * mu)) for mu in (0.8, 0.5, 0.3, 0.2)
+         for rho in (0.01, 0.05, 0.1, 0.2)}))
+    e2 = lambda passed: next(r for r in grade.grade_experiments(tmp_path, passed) if r[0] == "E2")   # noqa: E731
+    assert e2({"tail_miss"})[2] == 1.0 and e2(set())[2] == 0.0
     # "pick two": of three ablations done, two count; the GPU and node tiers stay outside the total
     for g in ("0", "0.5"):
         for a, kw in (("nostd", dict(norm_std=False)), ("N4", dict(group_size=4)), ("N16", dict(group_size=16))):

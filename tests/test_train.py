@@ -253,6 +253,15 @@ def test_eval_mazes_zero_runs_to_the_export(tiny_run):
     assert not any(k.startswith("eval/") for m in read_metrics(run) for k in m) and (run / "final" / "model.safetensors").exists()
 
 
+def test_run_json_records_the_code_that_ran(tiny_run):
+    """The sha256 of each of the repository's modules the run imported (the course's grader ties a
+    run to the hand-in's graded files by them)."""
+    import hashlib
+    code = json.loads((tiny_run[1] / "run.json").read_text())["code"]
+    assert {"advantage.py", "rollout.py", "maze.py", "train.py", "checkpoint.py"} <= set(code)
+    assert all(code[f] == hashlib.sha256((ROOT / f).read_bytes()).hexdigest() for f in code)
+
+
 def resume(flags, run, steps):
     r = subprocess.run(flags + ["--steps", str(steps), "--out_dir", str(run), "--resume", "true"], cwd=ROOT,
                        env=ENV, capture_output=True, text=True, timeout=900)
