@@ -219,7 +219,9 @@ def surrogate_grad(p, idx, c, N, gamma, R, surrogate, r_correct, r_wrong):
     """
     r = R[idx]                                                     # (D,) rewards of A u B
     rbar = (c * r).sum() / N                                       # mean reward of the N draws
-    mu_hat = (rbar - r_wrong) / (r_correct - r_wrong)              # X / N, Eq. 11
+    draws = torch.repeat_interleave(r, c.long())[None]             # (1, N) the N rewards
+    levels = R.new_tensor([r_correct, r_wrong]).tolist()           # in R's dtype, as the rewards are
+    mu_hat = success_rate(draws, *levels)[0]                       # X / N, Eq. 11
     m = torch.ones_like(c) if surrogate == "distinct" else c       # (D,)
     w = focal_weight(mu_hat, gamma) / N * (r - rbar) * m           # (D,) dL/dp_a, advantage R_a - rbar
     pw = p[idx] * w                                                # (D,)
