@@ -30,7 +30,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from problems import GRADED, GRADED_FILES, PROBLEMS, RELEASE, REMOVED, WITHHELD  # noqa: E402
+from problems import ANSWERS, GRADED, GRADED_FILES, PROBLEMS, RELEASE, REMOVED, WITHHELD  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -137,6 +137,25 @@ def student_file(text, rel):
 GRADED_REF = re.compile(rf"`({'|'.join(re.escape(f) for f in GRADED_FILES)}):\d+`")
 
 
+def without_answers(text, rel):
+    """The doc rel without the passages ANSWERS names: headings kept, the rest one note per passage."""
+    for f, start, stop, which in ANSWERS:
+        if f != rel:
+            continue
+        lines = text.splitlines(keepends=True)
+        i = next(k for k, line in enumerate(lines) if line.startswith(start))
+        j = next(k for k in range(i + 1, len(lines)) if lines[k].startswith(stop))
+        note = f"left out of the course's student copy: experiment {which} of assignments/HANDOUT.md asks for it"
+        if start.startswith("|"):                                        # table rows: the last cell
+            kept = ["|".join(line.split("|")[:3]) + f"| {note} |\n" for line in lines[i:j]]
+        else:
+            heads = [line for line in lines[i + 1:j] if line.startswith("#")]
+            first = [lines[i]] if lines[i].startswith("#") else []
+            kept = first + [f"\n*({note[0].upper() + note[1:]}.)*\n\n"] + [h + "\n" for h in heads]
+        text = "".join(lines[:i] + kept + lines[j:])
+    return text
+
+
 def git(root, *args):
     return subprocess.run(["git", *args], cwd=root, capture_output=True, check=True).stdout
 
@@ -166,7 +185,7 @@ def write_copy(dst, root=ROOT):
             if m.name in GRADED_FILES:
                 data = student_file(data.decode(), m.name).encode()
             elif m.name.endswith(".md"):        # `advantage.py:81`: the student's code decides the line
-                data = GRADED_REF.sub(r"`\1`", data.decode()).encode()
+                data = without_answers(GRADED_REF.sub(r"`\1`", data.decode()), m.name).encode()
             path = dst / m.name
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_bytes(data)

@@ -44,4 +44,18 @@ WITHHELD = {
     "tests/test_assignments.py": "builds wrong versions of the graded functions from the reference",
     "assignments/make_expected.py": "builds the hidden checks and answers them with the reference",
     "tests/test_logp_memory.py": "checks the chunked head (removed: REMOVED) against plain log-probs and entropy",
+    "figures/fig2.png": "E1's plot", "figures/fig2_sensitivity.png": "E1's plot, other optimizer settings",
+    "figures/fig3.png": "E2's plot", "figures/fig5.png": "E1's plot",
 }
+
+# Passages of the docs that report what a graded experiment asks for, as (file, first line's start,
+# the start of the line after the passage, experiments). The student copy keeps their headings (the
+# anchors other docs link to) and replaces every other line by one note; a table row keeps its first
+# two cells.
+ANSWERS = [
+    ("RESULTS.md", "## The categorical simulation", "## The single-solution maze", "E1 and E2"),
+    ("RESULTS.md", "### The class run", "### The walk rule", "E3"),
+    ("README.md", "What it printed (held-out", "Rerunning needs a fresh", "E3"),
+    ("README.md", "| [Categorical simulation]", "| [Maze, 300 steps]", "E1"),
+    ("README.md", "| [Class run]", "| [Walk rule]", "E3"),
+]
