@@ -145,7 +145,7 @@ def without_answers(text, rel):
         lines = text.splitlines(keepends=True)
         i = next(k for k, line in enumerate(lines) if line.startswith(start))
         j = next(k for k in range(i + 1, len(lines)) if lines[k].startswith(stop))
-        note = f"left out of the course's student copy: experiment {which} of assignments/HANDOUT.md asks for it"
+        note = f"left out of the course's student copy: it answers assignments/HANDOUT.md's {which}"
         if start.startswith("|"):                                        # table rows: the last cell
             kept = ["|".join(line.split("|")[:3]) + f"| {note} |\n" for line in lines[i:j]]
         else:

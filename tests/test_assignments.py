@@ -590,6 +590,19 @@ def test_copy_holds_tracked_files_only_with_stubs_and_agents_md(student):
     assert len(make_student_copy.solution_lines(reference_text())) > 20
 
 
+def test_copy_leaves_out_what_the_graded_experiments_ask_for(student):
+    """RESULTS.md's and README's numbers for E1-E3 and their figures are not in the copy; the
+    headings (link targets) are."""
+    for rel, start, stop, _ in make_student_copy.ANSWERS:
+        ref, copy = head_text(rel), (student / rel).read_text()
+        i = ref.index(start)
+        passage = ref[i:ref.index(stop, i)]
+        numbers = set(re.findall(r"\d+\.\d+", passage))
+        assert numbers and not numbers & set(re.findall(r"\d+\.\d+", copy)) - set(re.findall(r"\d+\.\d+", ref.replace(passage, ""))), rel
+        assert all(h in copy for h in re.findall(r"^#+ .*$", passage, re.M))
+    assert not any((student / f).exists() for f in WITHHELD if f.startswith("figures/"))
+
+
 def test_copy_imports_and_fails_only_when_a_stub_is_called(student):
     r = run("-c", "import train, simulate, evaluate, maze, advantage\n"
                   "try:\n    advantage.group_advantages([[1.0, 0.0]])\nexcept NotImplementedError as e:\n"
