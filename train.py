@@ -829,14 +829,18 @@ def check_packages(cfg):
 
 
 def check_engine_flags(cfg):
-    """--enforce_eager and --vllm_sleep_level act on vLLM on CUDA only: set for any other run they are
-    refused in one line, never recorded in run.json as if they had acted."""
+    """Engine flags act on one engine only: --enforce_eager, --vllm_sleep_level and
+    --gpu_memory_utilization on vLLM on CUDA, --kv_cache_gb on TorchEngine. Set for any other run
+    they are refused in one line, never recorded in run.json as if they had acted."""
     device = device_type(cfg)
     kind = memory.engine_kind(cfg, device)
-    for name in ("enforce_eager", "vllm_sleep_level"):
+    acts = {"enforce_eager": ("vllm", "cuda"), "vllm_sleep_level": ("vllm", "cuda"),
+            "gpu_memory_utilization": ("vllm", "cuda"), "kv_cache_gb": ("torch", None)}
+    for name, (engine, on) in acts.items():
         value = getattr(cfg, name)
-        if value != Config.__dataclass_fields__[name].default and (kind, device) != ("vllm", "cuda"):
-            refuse(f"--{name} {value}: acts only on vLLM on CUDA, and this run samples with --engine {kind} "
+        if value != Config.__dataclass_fields__[name].default and (kind != engine or on not in (None, device)):
+            where = "vLLM on CUDA" if on else "TorchEngine (--engine torch)"
+            refuse(f"--{name} {value}: acts only on {where}, and this run samples with --engine {kind} "
                    f"on {device}; leave it out")
 
 

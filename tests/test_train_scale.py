@@ -289,10 +289,12 @@ def test_cuda_on_a_cpu_only_torch_is_refused_in_one_line(capsys, monkeypatch):
     assert e.value.code == 2 and err.startswith("error: --device cuda:") and len(err.strip().splitlines()) == 1
 
 
-@pytest.mark.parametrize("flag,value", [("enforce_eager", True), ("vllm_sleep_level", 1)])
+@pytest.mark.parametrize("flag,value", [("enforce_eager", True), ("vllm_sleep_level", 1),
+                                        ("gpu_memory_utilization", 0.7)])
 def test_vllm_gpu_flags_are_refused_where_they_cannot_act(flag, value, capsys, monkeypatch, tmp_path):
-    """--enforce_eager and --vllm_sleep_level act on vLLM on CUDA only: with TorchEngine or on the CPU
-    they are refused before any work, not recorded in run.json as if they had acted."""
+    """--enforce_eager, --vllm_sleep_level and --gpu_memory_utilization act on vLLM on CUDA only: with
+    TorchEngine or on the CPU they are refused before any work, not recorded in run.json as if they
+    had acted."""
     monkeypatch.setattr(train, "init_dist", lambda *a: pytest.fail("the run started"))
     cfg = train.Config(task="reverse", model="tiny", device="cpu", out_dir=str(tmp_path / "run"), **{flag: value})
     with pytest.raises(SystemExit) as e:
@@ -301,12 +303,23 @@ def test_vllm_gpu_flags_are_refused_where_they_cannot_act(flag, value, capsys, m
     assert e.value.code == 2 and err.startswith(f"error: --{flag} {value}: acts only on vLLM on CUDA"), err
     assert len(err.strip().splitlines()) == 1 and not (tmp_path / "run").exists()
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)         # --engine auto on CUDA: vLLM
-    flags = {"enforce_eager": False, "vllm_sleep_level": 2, flag: value}
+    flags = {"enforce_eager": False, "vllm_sleep_level": 2, "gpu_memory_utilization": 0.5, "kv_cache_gb": 16.0,
+             flag: value}
     train.check_engine_flags(SimpleNamespace(device="cuda", engine="auto", **flags))
     with pytest.raises(SystemExit):
         train.check_engine_flags(SimpleNamespace(device="cuda", engine="torch", **flags))
     with pytest.raises(ValueError, match="--vllm_sleep_level 3: expected 1 or 2"):
         train.Config(task="reverse", model="tiny", device="cpu", out_dir=str(tmp_path / "run"), vllm_sleep_level=3)
+
+
+def test_kv_cache_gb_is_refused_with_vllm(monkeypatch):
+    """--kv_cache_gb bounds TorchEngine's cache; vLLM sizes its own (--gpu_memory_utilization)."""
+    flags = dict(enforce_eager=False, vllm_sleep_level=2, gpu_memory_utilization=0.5, kv_cache_gb=4.0)
+    train.check_engine_flags(SimpleNamespace(device="cpu", engine="torch", **flags))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    for engine in ("vllm", "auto"):
+        with pytest.raises(SystemExit):
+            train.check_engine_flags(SimpleNamespace(device="cuda", engine=engine, **flags))
 
 
 def test_vllm_sleeps_at_the_level_asked_for():
