@@ -81,6 +81,15 @@ GOLD_FIXES = {("minerva", 5): "\\arcsin(10/13)", ("minerva", 38): "-1/3", ("mine
               ("olympiadbench", 34): "n^{2}-n-1", ("olympiadbench", 96): "(0,4]"}
 
 
+# The modes each flag acts in: set to another value than its default in any other mode, it is refused.
+MODE_FLAGS = {("eval",): ("n", "benchmarks", "max_problems", "maze_reward"),
+              ("eval", "rare_select"): ("temperature", "top_p", "top_k", "max_new_tokens", "prompts_per_call",
+                                        "engine", "workers"),
+              ("eval", "rare_select", "rare_score"): ("model", "family", "device"),
+              ("compare",): ("m", "iters"), ("compare", "report", "select"): ("inputs",),
+              ("rare_select",): ("data", "rare_prompts", "rare_samples", "rare_frac"), ("rare_score",): ("rare",)}
+
+
 @dataclass
 class Config:
     mode: str = "eval"             # eval | select | compare | report | rare_select | rare_score
@@ -130,6 +139,10 @@ class Config:
         check(self.mode != "compare" or len(self.inputs) == 2, "--inputs: compare needs exactly two result files")
         check(self.mode not in ("report", "select") or len(self.inputs) >= 1,
               f"--inputs: {self.mode} needs at least one result file")
+        for modes, names in MODE_FLAGS.items():
+            for name in names:
+                check(self.mode in modes or getattr(self, name) == Config.__dataclass_fields__[name].default,
+                      f"--{name}: acts only with --mode {' or '.join(modes)}, not {self.mode}; leave it out")
         check(not self.models or self.mode == "eval", "--models: only with --mode eval")
         check(not self.baseline or self.mode == "select" or self.models, "--baseline: only with --models or --mode select")
         self.models = expand_models(self.models)

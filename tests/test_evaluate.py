@@ -114,13 +114,14 @@ def test_delta_nll_rare_tiny(data, tmp_path, monkeypatch):
         PlantedEngine.golds[tuple(ids)] = tok(f"\\boxed{{{r['answer']}}}", add_special_tokens=False)["input_ids"]
     monkeypatch.setattr(rollout, "make_engine", lambda kind, path, *, pad_token_id, model, **kw:
                         PlantedEngine(model, pad_token_id))
-    common = dict(model="tiny", n=1, max_new_tokens=4, workers=0, rare_prompts=3, rare_samples=2, rare_frac=0.5)
-    evaluate.main(evaluate.Config(mode="rare_select", data=str(train), out=str(tmp_path / "rare.json"), **common))
+    select = dict(max_new_tokens=4, workers=0, rare_prompts=3, rare_samples=2, rare_frac=0.5)
+    evaluate.main(evaluate.Config(mode="rare_select", model="tiny", data=str(train), out=str(tmp_path / "rare.json"),
+                                  **select))
     rare = json.loads((tmp_path / "rare.json").read_text())
     assert rare["correct"] == 3 and len(rare["selected"]) == 2
     assert rare["selected"][0]["nll_base"] >= rare["selected"][1]["nll_base"] > 0
-    delta = evaluate.main(evaluate.Config(mode="rare_score", rare=str(tmp_path / "rare.json"),
-                                          out=str(tmp_path / "score.json"), **common))
+    delta = evaluate.main(evaluate.Config(mode="rare_score", model="tiny", rare=str(tmp_path / "rare.json"),
+                                          out=str(tmp_path / "score.json")))
     assert delta == pytest.approx(0.0, abs=1e-5)
 
 
@@ -129,6 +130,10 @@ def test_config_errors():
         evaluate.Config(mode="compare", inputs=("a.json",))
     with pytest.raises(ValueError, match="--benchmarks"):
         evaluate.Config(benchmarks=("mmlu",))
+    with pytest.raises(ValueError, match="--rare_samples: acts only with --mode rare_select, not rare_score"):
+        evaluate.Config(mode="rare_score", model="tiny", rare="r.json", rare_samples=4)
+    with pytest.raises(ValueError, match="--n: acts only with --mode eval, not compare"):
+        evaluate.Config(mode="compare", inputs=("a.json", "b.json"), n=64)
     assert math.isclose(evaluate.Config().temperature, 1.0) and evaluate.Config().n == 1024
 
 
