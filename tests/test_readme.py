@@ -103,7 +103,8 @@ def test_every_file_line_reference_points_at_its_name():
     """The traced RL step names functions by file:line. When code moves, this fails and says where
     each name now lives, so the trace is updated instead of rotting."""
     refs = [(d, *r) for d in DOCS for r in line_refs(doc(d))]
-    assert len([r for r in refs if r[0] == "README.md"]) >= 15   # the trace is still there
+    # the trace is still there (a course's student copy drops the line numbers into graded files)
+    assert len([r for r in refs if r[0] == "README.md"]) >= (4 if (ROOT / "assignments" / "release.json").exists() else 15)
     wrong = []
     for d, file, n, name in refs:
         path = ROOT / file
