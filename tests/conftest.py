@@ -1,6 +1,6 @@
 """Shared pytest setup: run from the repo root, CPU only.
 
-    python -m pytest -q tests                     # everything (CI), ~12 min on 2 cores
+    python -m pytest -q tests                     # everything (CI)
     python -m pytest -q -m "not slow" tests       # the inner loop: all but the multi-second tests
 """
 import sys
