@@ -591,7 +591,7 @@ def test_copy_holds_tracked_files_only_with_stubs_and_agents_md(student):
 
 
 def test_copy_leaves_out_what_the_graded_experiments_ask_for(student):
-    """RESULTS.md's and README's numbers for E1-E3 and their figures are not in the copy; the
+    """RESULTS.md's and README's numbers for E1 and E2 and their figures are not in the copy; the
     headings (link targets) are."""
     nums = lambda t: set(re.findall(r"\d+\.\d+", t))                         # noqa: E731
     for rel in {a[0] for a in make_student_copy.ANSWERS}:
