@@ -606,7 +606,7 @@ def test_copy_leaves_out_what_the_graded_experiments_ask_for(student):
         for p in passages:
             rest = rest.replace(p, "")
         only_there = nums("".join(passages)) - nums(rest) - nums("".join(heads))
-        assert len(only_there) > 10 and not only_there & nums(copy), (rel, sorted(only_there & nums(copy))[:5])
+        assert len(only_there) >= 5 and not only_there & nums(copy), (rel, sorted(only_there & nums(copy))[:5])
         assert all(h in copy for h in heads)
     assert not any((student / f).exists() for f in WITHHELD if f.startswith("figures/"))
 
