@@ -107,28 +107,14 @@ class Memo:
 
 class Linear:
     """A stand-in for a function linear in its first argument x, f(x, ...) = sum(x * W), W recorded
-    per call of the reference (the other arguments as stored); differentiable in x."""
+    per call of the reference (the other arguments as stored); differentiable in x. affine=True: for
+    a function whose output (or its first element) is a scalar that a caller differentiates, the
+    reference's recorded output plus the first-order term sum((x - x_ref) W), W = d out / d x there:
+    exact in value and gradient at the call the reference made. Any other call goes on to the graded
+    module's own function."""
 
-    def __init__(self, fn, calls):
-        self.fn, self.calls = fn, calls
-
-    def __call__(self, *args, **kwargs):
-        a = bind(self.fn, args, kwargs)
-        c = recorded(self.calls, a)
-        if c is None:
-            return self.fn(*args, **kwargs)
-        x = a[next(iter(a))]
-        return (x * c["W"].to(x.dtype if x.is_floating_point() else c["W"].dtype)).sum()
-
-
-class Affine:
-    """A stand-in for a function whose output (or its first element) is a scalar that a caller
-    differentiates: the reference's recorded output at the recorded arguments, plus the first-order
-    term sum((x - x_ref) W) in its first argument x, W = d out / d x recorded there. Exact in value
-    and gradient at the call the reference made; any other call goes on to the graded module's own."""
-
-    def __init__(self, fn, calls):
-        self.fn, self.calls = fn, calls
+    def __init__(self, fn, calls, affine=False):
+        self.fn, self.calls, self.affine = fn, calls, affine
 
     def __call__(self, *args, **kwargs):
         a = bind(self.fn, args, kwargs)
@@ -136,6 +122,8 @@ class Affine:
         if c is None:
             return self.fn(*args, **kwargs)
         x = a[next(iter(a))]
+        if not self.affine:
+            return (x * c["W"].to(x.dtype if x.is_floating_point() else c["W"].dtype)).sum()
         out = dec_out(c["out"])
         head = out[0] if isinstance(out, tuple) else out
         head = head.to(x.dtype) + ((x - x.detach()) * c["W"].to(x.dtype)).sum()
@@ -168,7 +156,7 @@ class Spy:
 
 class Recorder:
     """The reference's function, recording each call: Memo's table, Linear's (W = d f / d x) or,
-    kind "affine", Affine's (the output and W at the call)."""
+    kind "affine", Linear(affine=True)'s (the output and W at the call)."""
 
     def __init__(self, fn, kind):
         self.fn, self.linear, self.affine, self.calls = fn, kind == "linear", kind == "affine", []
@@ -258,7 +246,7 @@ def run_check(modules, check, record=False):
         for name, calls in check.get(kind, {}).items():
             saved[name] = getattr(*where(name))
             stand_ins[name] = Recorder(saved[name], kind) if record else \
-                {"memo": Memo, "linear": Linear, "affine": Affine}[kind](saved[name], calls)
+                Memo(saved[name], calls) if kind == "memo" else Linear(saved[name], calls, kind == "affine")
     for name, W in check.get("spy", {}).items():
         saved[name] = getattr(*where(name))
         stand_ins[name] = Spy(saved[name], W)

@@ -350,20 +350,12 @@ def maze_reward(grid, completion, rule="strict"):
     return float(pos == find(grid, "G"))
 """, {"maze_reward"}),
 }
-# The walk rule, right, for the strict-rule mistakes above (defined in the module they are planted in)
-WALK = """
-def walk_reward(grid, tokens):
-    if "DONE" not in tokens or any(m not in MOVES for m in tokens[:tokens.index("DONE")]):
-        return 0.0
-    pos, goal = find(grid, "S"), find(grid, "G")
-    for m in tokens[:tokens.index("DONE")]:
-        pos = step(grid, pos, m)
-        if pos is None:
-            return 0.0
-        if pos == goal:
-            return 1.0
-    return 0.0
-"""
+# The walk rule, right, for the strict-rule mistakes above: the reference's maze_reward, renamed
+def walk_text():
+    ref = head_text("maze.py")
+    node = make_student_copy.function_node(ast.parse(ref), "maze_reward")
+    src = ast.get_source_segment(ref, node).replace("def maze_reward(", "def reference_reward(", 1)
+    return "\n\n" + src + "\n\n\ndef walk_reward(grid, tokens):\n    return reference_reward(grid, tokens + ['<eos>'], 'walk')\n"
 
 
 def head_text(rel):
@@ -382,7 +374,7 @@ def wrong_texts():
         assert ref.count(old) == 1, f"{name}: {rel} no longer has the line {old!r}"
         out[name] = (rel.removesuffix(".py"), ref.replace(old, new))
     for name, (rel, fn, src, _) in FILE_WRONG.items():
-        out[name] = (rel.removesuffix(".py"), make_student_copy.replace_function(head_text(rel), fn, src) + WALK)
+        out[name] = (rel.removesuffix(".py"), make_student_copy.replace_function(head_text(rel), fn, src) + walk_text())
     return out
 
 
@@ -516,7 +508,8 @@ def test_syntax_error_raise_and_hang_at_import_end_in_a_total_line(student, tmp_
         shutil.copytree(student, d)
         p = d / "advantage.py"
         p.write_text(p.read_text() + code)
-        return name, grade_dir(d, tmp_path, "--import_timeout", 30)
+        # the hang waits out its timeout; the others import torch and transformers, slow on a busy machine
+        return name, grade_dir(d, tmp_path, "--import_timeout", 30 if name == "hangs" else 300)
     with ThreadPoolExecutor(2) as pool:
         reports = dict(pool.map(one, cases.items()))
     for name, r in reports.items():
