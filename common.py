@@ -252,15 +252,18 @@ def data_dir():
 #   outputs (`known`: train.py's run.json, ckpt, ...; a known name may be a glob pattern, as
 #   train.py's per-epoch exports "epoch_[0-9]*" are), or when it is the leftover of one of our atomic
 #   writes of such a name (.NAME.tmp.*, .NAME.old).
+def file_sha256(path):
+    import hashlib
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
 def code_hashes():
     """{file: sha256} of this repository's top-level modules imported in this process: what a run
     records of the code it ran (the course's grader ties a run to the hand-in's graded files)."""
-    import hashlib
     here = Path(__file__).resolve().parent
     files = {Path(f).resolve() for m in list(sys.modules.values())
              if isinstance(f := getattr(m, "__file__", None), str) and os.path.isabs(f)}
-    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(files)
-            if p.parent == here and p.suffix == ".py" and p.is_file()}
+    return {p.name: file_sha256(p) for p in sorted(files) if p.parent == here and p.suffix == ".py" and p.is_file()}
 
 
 # A file may be replaced only when it is ours (is_ours); a folder may be written into, or replaced,

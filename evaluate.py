@@ -82,7 +82,7 @@ GOLD_FIXES = {("minerva", 5): "\\arcsin(10/13)", ("minerva", 38): "-1/3", ("mine
 
 
 # The modes each flag acts in: set to another value than its default in any other mode, it is refused.
-MODE_FLAGS = {("eval",): ("n", "benchmarks", "max_problems", "maze_reward"),
+MODE_FLAGS = {("eval",): ("models", "n", "benchmarks", "max_problems", "maze_reward"),
               ("eval", "rare_select"): ("temperature", "top_p", "top_k", "max_new_tokens", "prompts_per_call",
                                         "engine", "workers"),
               ("eval", "rare_select", "rare_score"): ("model", "family", "device"),
@@ -143,7 +143,6 @@ class Config:
             for name in names:
                 check(self.mode in modes or getattr(self, name) == Config.__dataclass_fields__[name].default,
                       f"--{name}: acts only with --mode {' or '.join(modes)}, not {self.mode}; leave it out")
-        check(not self.models or self.mode == "eval", "--models: only with --mode eval")
         check(not self.baseline or self.mode == "select" or self.models, "--baseline: only with --models or --mode select")
         self.models = expand_models(self.models)
         check(self.mode != "rare_score" or self.rare, "--rare: rare_score needs the rare_select output")

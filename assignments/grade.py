@@ -46,7 +46,7 @@ ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(ROOT))
 import harness  # noqa: E402
-from common import check, check_out_file, refuse, write_json_out  # noqa: E402
+from common import check, check_out_file, file_sha256, refuse, write_json_out  # noqa: E402
 from problems import GRADED_FILES, PROBLEMS, RELEASE  # noqa: E402
 
 
@@ -266,21 +266,24 @@ def limits(memory_gb):
     return apply
 
 
+def inside_reference(path):
+    """Whether path lies in this repository, the teacher's (which holds the reference's graded files)."""
+    return bool(path) and teacher_side() is not None and Path(path).resolve().is_relative_to(ROOT)
+
+
 def reference_reachable():
-    """The child's own paths (its interpreter, site-packages, PATH) inside this repository. From any of
+    """The child interpreter's own paths (prefix, site-packages) inside this repository. From any of
     them a hand-in can walk up to the reference's graded files and run those: no process can be kept
-    from reading what its user can read, so grade from a Python installed outside the repository."""
-    if not teacher_side():
-        return []
-    paths = [sys.prefix, sys.exec_prefix, *site.getsitepackages(), *os.environ.get("PATH", "").split(os.pathsep)]
-    return sorted({p for p in paths if p and Path(p).resolve().is_relative_to(ROOT)})
+    from reading what its user can read, so grade from a Python installed outside the repository.
+    (PATH entries inside it are left out of the child's environment: run_child.)"""
+    return sorted({p for p in [sys.prefix, sys.exec_prefix, *site.getsitepackages()] if inside_reference(p)})
 
 
 def run_child(folder, checks, todo, args):
     """Run the checks of the problems in `todo` in child processes. Returns ({problem: [result]},
     {problem: why it has no results})."""
     results, why = {}, {}
-    path = [p for p in os.environ.get("PATH", "/usr/bin:/bin").split(os.pathsep) if p not in reference_reachable()]
+    path = [p for p in os.environ.get("PATH", "/usr/bin:/bin").split(os.pathsep) if not inside_reference(p)]
     env = {"PATH": os.pathsep.join(path), "HOME": str(folder), "LANG": "C.UTF-8",
            "OMP_NUM_THREADS": "1", "PYTHONDONTWRITEBYTECODE": "1", "PYTHONHASHSEED": "0"}
     todo = list(todo)
@@ -399,11 +402,6 @@ def ran_the_hand_in(root, info, what):
         return [f"{what}: records no hash of the graded files it ran (rerun it with this release)"]
     return [f"{what}: ran another {f} than the one handed in" for f in ran
             if not (Path(root) / f).is_file() or file_sha256(Path(root) / f) != code[f]]
-
-
-def file_sha256(path):
-    import hashlib
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
 def check_run(root, run, steps, world=None, last=(), **config):
@@ -605,7 +603,7 @@ def main():
     if args.seed is None and teacher_side():
         args.seed = secrets.randbelow(1 << 31)
 
-    reachable = [p for p in reference_reachable() if p not in os.environ.get("PATH", "").split(os.pathsep)]
+    reachable = reference_reachable()
     if reachable:
         print(f"warning: this Python is inside the reference's repository ({reachable[0]}), so a hand-in "
               f"can find and run the reference's files: grade with a Python installed outside {ROOT}")

@@ -281,6 +281,16 @@ FILE_EDITS = {
 
 # Whole wrong definitions in rollout.py and maze.py: (file, function, source, the problems it must lose)
 HEAD = "def head_logp(h, weight, bias, targets, temperature=1.0, entropy=False, chunk_bytes=CHUNK_BYTES):\n"
+# maze_reward's reading of a completion, right: the start of the wrong versions that read it so
+READ = """
+def maze_reward(grid, completion, rule="strict"):
+    if rule not in RULES:
+        raise ValueError(rule)
+    tokens = WORD.findall(completion) if isinstance(completion, str) else completion
+    if not isinstance(tokens, list) or not all(isinstance(t, str) for t in tokens) or "<eos>" not in tokens:
+        return 0.0
+    tokens = tokens[:tokens.index("<eos>")]
+"""
 FILE_WRONG = {
     "entropy_p_log_p": ("advantage.py", "entropy_from_logits", """
 def entropy_from_logits(logits):
@@ -318,27 +328,11 @@ def maze_reward(grid, completion, rule="strict"):
         return float(tokens == solve(grid) + ["DONE"])
     return walk_reward(grid, tokens)
 """, {"maze_reward"}),
-    "strict_prefix_up_to_done": ("maze.py", "maze_reward", """
-def maze_reward(grid, completion, rule="strict"):
-    if rule not in RULES:
-        raise ValueError(rule)
-    tokens = WORD.findall(completion) if isinstance(completion, str) else completion
-    if not isinstance(tokens, list) or not all(isinstance(t, str) for t in tokens) or "<eos>" not in tokens:
-        return 0.0
-    tokens = tokens[:tokens.index("<eos>")]
-    if rule == "strict":
+    "strict_prefix_up_to_done": ("maze.py", "maze_reward", READ + """    if rule == "strict":
         return float("DONE" in tokens and tokens[:tokens.index("DONE") + 1] == solve(grid) + ["DONE"])
     return walk_reward(grid, tokens)
 """, {"maze_reward"}),
-    "walk_must_end_on_goal": ("maze.py", "maze_reward", """
-def maze_reward(grid, completion, rule="strict"):
-    if rule not in RULES:
-        raise ValueError(rule)
-    tokens = WORD.findall(completion) if isinstance(completion, str) else completion
-    if not isinstance(tokens, list) or not all(isinstance(t, str) for t in tokens) or "<eos>" not in tokens:
-        return 0.0
-    tokens = tokens[:tokens.index("<eos>")]
-    if rule == "strict":
+    "walk_must_end_on_goal": ("maze.py", "maze_reward", READ + """    if rule == "strict":
         return float(tokens == solve(grid) + ["DONE"])
     if "DONE" not in tokens or any(m not in MOVES for m in tokens[:tokens.index("DONE")]):
         return 0.0
