@@ -18,14 +18,49 @@ ENV = {**os.environ, "OMP_NUM_THREADS": "1", "TRANSFORMERS_VERBOSITY": "error",
        "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
 
 
-def run_worker(tmp_path, world, **opts):
-    """tests/ws_worker.py under torchrun: NAME=VALUE options, the saved results."""
-    out = tmp_path / ("ws" + str(world) + "".join(f"_{k}-{v}" for k, v in sorted(opts.items())) + ".pt")
-    cmd = [PY, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(world),
-           str(ROOT / "tests" / "ws_worker.py"), str(out), *(f"{k}={v}" for k, v in opts.items())]
-    r = subprocess.run(cmd, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr[-3000:]
-    return torch.load(out)
+GRAD_CASES = [(1, 3, "plain", 0), (2, 3, "plain", 0), (2, 3, "shared", 0),       # world, mbs, layout, tokens
+              (1, 16, "plain", 30), (2, 16, "plain", 30), (2, 16, "shared", 60)]
+DEAD = ["", "1,2", "0,1,2,3"]
+AGGS = ["seq-mean-token-mean", "seq-mean-token-sum-norm"]
+AGG_CASES = [(1, 3), (2, 3), (2, 16)]                                               # world, mbs
+
+
+def ws_cases():
+    """Every (world size, tests/ws_worker.py options) the tests below compare."""
+    cases = []
+    for loss in ("dapo", "cispo"):
+        cases.append((1, dict(loss=loss)))
+        cases += [(world, dict(loss=loss, micro_batch_size=mbs, layout=layout, micro_batch_tokens=tokens))
+                  for world, mbs, layout, tokens in GRAD_CASES]
+    for dead in DEAD:
+        cases.append((1, dict(loss="dapo", micro_batch_size=3, dead=dead, skip_dead_groups="false")))
+        cases += [(world, dict(loss="dapo", micro_batch_size=3, dead=dead, skip_dead_groups="true")) for world in (1, 2)]
+    for agg in AGGS:
+        cases.append((1, dict(loss="grpo", loss_agg=agg)))
+        cases += [(world, dict(loss="grpo", loss_agg=agg, micro_batch_size=mbs)) for world, mbs in AGG_CASES]
+    cases.append((1, dict(loss="grpo")))
+    cases += [(2, dict(loss="dapo", micro_batch_size=3, load=load)) for load in ("every", "rank0")]
+    return cases
+
+
+def case_key(world, opts):
+    return world, tuple(sorted((k, str(v)) for k, v in opts.items()))
+
+
+@pytest.fixture(scope="module")
+def ws_runs(tmp_path_factory):
+    """tests/ws_worker.py under torchrun, all of ws_cases() in one launch per world size (a launch
+    costs more than all its updates): {case_key: the case's results}."""
+    tmp, results = tmp_path_factory.mktemp("ws"), {}
+    for world in sorted({w for w, _ in ws_cases()}):
+        cases = [opts for w, opts in ws_cases() if w == world]
+        (tmp / f"ws{world}.json").write_text(json.dumps(cases))
+        cmd = [PY, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(world),
+               str(ROOT / "tests" / "ws_worker.py"), str(tmp / f"ws{world}.pt"), str(tmp / f"ws{world}.json")]
+        r = subprocess.run(cmd, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=600)
+        assert r.returncode == 0, r.stderr[-3000:]
+        results.update((case_key(world, opts), got) for opts, got in zip(cases, torch.load(tmp / f"ws{world}.pt")))
+    return results
 
 
 def assert_same_update(got, ref, what, stats=True):
@@ -38,18 +73,17 @@ def assert_same_update(got, ref, what, stats=True):
 
 
 @pytest.mark.parametrize("loss", ["dapo", "cispo"])
-def test_world_size_and_micro_batches_do_not_change_the_gradient(tmp_path, loss):
+def test_world_size_and_micro_batches_do_not_change_the_gradient(ws_runs, loss):
     """World size 1 vs 2 (gloo, FSDP2), 3 vs 16 sequences per micro-batch, micro-batches cut by a
     token budget (30 padded tokens: one or two rows each, 7 passes on rank 0 and 6 on rank 1, which
     then runs an empty one), and the shared-prompt layout: the same loss and gradients within 1e-6
     (float64). The fixture has uneven lengths and clipped tokens, so a per-micro-batch or per-rank
     token mean would fail this."""
-    ref = run_worker(tmp_path, 1, loss=loss)
+    ref = ws_runs[case_key(1, dict(loss=loss))]
     assert max(g.abs().max() for g in ref["grads"].values()) > 1e-3       # not a vacuous gradient
     assert ref["passes"] == 1
-    for world, mbs, layout, tokens in [(1, 3, "plain", 0), (2, 3, "plain", 0), (2, 3, "shared", 0),
-                                       (1, 16, "plain", 30), (2, 16, "plain", 30), (2, 16, "shared", 60)]:
-        got = run_worker(tmp_path, world, loss=loss, micro_batch_size=mbs, layout=layout, micro_batch_tokens=tokens)
+    for world, mbs, layout, tokens in GRAD_CASES:
+        got = ws_runs[case_key(world, dict(loss=loss, micro_batch_size=mbs, layout=layout, micro_batch_tokens=tokens))]
         if tokens:
             assert got["passes"] >= 2, (world, layout, tokens)             # the budget cut the micro-batches
         if tokens and world == 2 and layout == "plain":
@@ -60,16 +94,16 @@ def test_world_size_and_micro_batches_do_not_change_the_gradient(tmp_path, loss)
         assert ref["stats"]["clip/low"] > 0 and ref["stats"]["clip/high"] > 0
 
 
-@pytest.mark.parametrize("dead", ["", "1,2", "0,1,2,3"])
-def test_skipping_groups_without_signal_changes_nothing(tmp_path, dead):
+@pytest.mark.parametrize("dead", DEAD)
+def test_skipping_groups_without_signal_changes_nothing(ws_runs, dead):
     """--skip_dead_groups: groups whose advantages are all 0 are not forwarded, yet the gradient and
     the parameters after the step equal those of the full update within 1e-6 at world sizes 1 and 2,
     with no group dead, two (rank 1 of 2 then holds one live group of two) and all (every rank runs
     one empty pass). The policy loss is the same; the diagnostics are over the live tokens."""
-    full = run_worker(tmp_path, 1, loss="dapo", micro_batch_size=3, dead=dead, skip_dead_groups="false")
+    full = ws_runs[case_key(1, dict(loss="dapo", micro_batch_size=3, dead=dead, skip_dead_groups="false"))]
     assert full["skipped"] == 0
     for world in (1, 2):
-        got = run_worker(tmp_path, world, loss="dapo", micro_batch_size=3, dead=dead, skip_dead_groups="true")
+        got = ws_runs[case_key(world, dict(loss="dapo", micro_batch_size=3, dead=dead, skip_dead_groups="true"))]
         assert got["skipped"] == 4 * len(dead.split(",")) // world if dead else got["skipped"] == 0, (world, got)
         assert_same_update(got, full, (world, dead), stats=not dead)
         assert got["stats"]["loss/pg"] == pytest.approx(full["stats"]["loss/pg"], abs=1e-9)
@@ -78,17 +112,28 @@ def test_skipping_groups_without_signal_changes_nothing(tmp_path, dead):
         assert max(g.abs().max() for g in full["grads"].values()) == 0
 
 
-@pytest.mark.parametrize("agg", ["seq-mean-token-mean", "seq-mean-token-sum-norm"])
-def test_loss_aggregations_are_exact_across_micro_batches_and_ranks(tmp_path, agg):
+@pytest.mark.parametrize("agg", AGGS)
+def test_loss_aggregations_are_exact_across_micro_batches_and_ranks(ws_runs, agg):
     """--loss_agg: the original GRPO's mean of sequence means and Dr. GRPO's constant normaliser give
     the same gradient whatever the micro-batches and the world size, and not token-mean's."""
-    ref = run_worker(tmp_path, 1, loss="grpo", loss_agg=agg)
-    for world, mbs in [(1, 3), (2, 3), (2, 16)]:
-        assert_same_update(run_worker(tmp_path, world, loss="grpo", loss_agg=agg, micro_batch_size=mbs), ref,
+    ref = ws_runs[case_key(1, dict(loss="grpo", loss_agg=agg))]
+    for world, mbs in AGG_CASES:
+        assert_same_update(ws_runs[case_key(world, dict(loss="grpo", loss_agg=agg, micro_batch_size=mbs))], ref,
                            (agg, world, mbs))
-    token_mean = run_worker(tmp_path, 1, loss="grpo")
+    token_mean = ws_runs[case_key(1, dict(loss="grpo"))]
     name = next(iter(ref["grads"]))
     assert not torch.allclose(ref["grads"][name], token_mean["grads"][name], atol=1e-6)
+
+
+def test_weights_loaded_on_rank_0_alone_give_the_same_update(ws_runs):
+    """train.build reads the weights on rank 0 only and every rank receives its shard by broadcast
+    (shard_from_rank0), instead of every rank loading the whole fp32 model: at world size 2 (gloo,
+    FSDP2) the gradients, the parameters after the step and the metrics are those of every rank
+    building the model itself, within 1e-6 (float64). The rotary inv_freq, a buffer in no state dict,
+    comes over too, or the log-probs and gradients would differ."""
+    ref, got = (ws_runs[case_key(2, dict(loss="dapo", micro_batch_size=3, load=load))] for load in ("every", "rank0"))
+    assert max(g.abs().max() for g in ref["grads"].values()) > 1e-3       # not a vacuous gradient
+    assert_same_update(got, ref, "rank0")
 
 
 def test_bad_flags_are_refused_in_one_line():

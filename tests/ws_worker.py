@@ -1,18 +1,21 @@
-"""Worker for tests/test_train.py: one mini-batch update of a tiny Qwen2 under FSDP2, any world size.
+"""Worker for tests/test_train.py: mini-batch updates of a tiny Qwen2 under FSDP2, any world size.
 
-    torchrun --nproc_per_node 2 tests/ws_worker.py OUT.pt [NAME=VALUE ...]
+    torchrun --nproc_per_node 2 tests/ws_worker.py OUT.pt CASES.json
 
-NAME=VALUE set train.Config fields (micro_batch_size, micro_batch_tokens, loss, loss_agg,
+CASES.json is a list of cases, each a dict of options; one launch runs them all in one process
+group (a launch costs more than all its updates) and OUT.pt holds a list of results in that order.
+The options set train.Config fields (micro_batch_size, micro_batch_tokens, loss, loss_agg,
 share_prompts, skip_dead_groups, ...) and three of the fixture's: dead=G,G (groups whose advantages
 are set to 0, as X in {0, N} would make them), layout=shared, and load=rank0 (train.build's way:
 every rank builds the model on the meta device, rank 0 alone builds it whole, and each rank receives
-its shard by broadcast, train.shard_from_rank0). Every rank builds the same model and
+its shard by broadcast, train.shard_from_rank0). For each case every rank builds the same model and
 the same 16 sequences (4 groups x N = 4, completion lengths 2..30, mixed rewards in every group),
-keeps its share of whole groups, runs train.update_minibatch, then one AdamW step, and saves (rank 0)
-the loss, the metrics, the full gradient and the parameters after the step.
+keeps its share of whole groups, runs train.update_minibatch, then one AdamW step; rank 0 keeps the
+loss, the metrics, the full gradient and the parameters after the step.
 """
 import dataclasses
 import gc
+import json
 import os
 import sys
 from pathlib import Path
@@ -43,7 +46,8 @@ def fixture():
     return seqs
 
 
-def main(out, **opts):
+def run(opts, rank, world, device, unused):
+    """One case: its results (whole on every rank)."""
     dead = [int(g) for g in opts.pop("dead", "").split(",") if g]
     load = opts.pop("load", "every")
     if opts.pop("layout", "plain") == "shared":
@@ -54,8 +58,7 @@ def main(out, **opts):
     cfg = train.Config(**{"model": "tiny", "tokenizer": "Qwen/Qwen2.5-7B", "device": "cpu", "group_size": 4,
                           "prompts_per_step": 4, "mini_batch_prompts": 4, "micro_batch_size": 16,
                           "micro_batch_tokens": 0, "max_response_len": 40,
-                          "out_dir": str(Path(out).parent / "unused"), **kw})
-    rank, world, device = train.init_dist("cpu")
+                          "out_dir": unused, **kw})
 
     def tiny():
         torch.manual_seed(0)
@@ -90,15 +93,22 @@ def main(out, **opts):
     grads = {n: p.grad.full_tensor() for n, p in model.named_parameters()}
     train.clip_and_step(model, opt, cfg, 1e-2)
     params = {n: p.full_tensor().detach() for n, p in model.named_parameters()}
+    return {"stats": stats, "grads": grads, "params": params, "logp_gap": logp_gap, "passes": len(batches),
+            "live": live, "skipped": skipped}
+
+
+def main(out, cases):
+    rank, world, device = train.init_dist("cpu")
+    results = []
+    for opts in json.loads(Path(cases).read_text()):
+        results.append(run(opts, rank, world, device, str(Path(out).parent / "unused")))
+        gc.collect()                # see the end of train.main: free each case's device mesh first
     if rank == 0:
-        torch.save({"stats": stats, "grads": grads, "params": params, "logp_gap": logp_gap, "passes": len(batches),
-                    "live": live, "skipped": skipped}, out)
-    del model, grads, opt           # see the end of train.main: free the device mesh first
-    gc.collect()
+        torch.save(results, out)
     torch.distributed.barrier()
     torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    main(sys.argv[1], **dict(a.split("=", 1) for a in sys.argv[2:]))
+    main(*sys.argv[1:])
