@@ -1,6 +1,6 @@
 """memory.py: parameter counts from a meta build, the paper's runs fit on 8 x 80 GB and bad settings
-do not, and the plan's formulas against measurements: bytes autograd saves in real full-width
-decoder layers, and the peak RSS of one real forward + backward + AdamW step in a child process."""
+do not, and the plan's formulas against measurements: bytes autograd saves in real decoder layers
+(full width, or narrowed where bf16's slow CPU matmuls would take minutes), and the peak RSS of one real forward + backward + AdamW step in a child process."""
 import json
 import os
 import subprocess
@@ -171,17 +171,23 @@ def test_plan_scales_with_world_and_reference(data):
 
 
 # -----------------------------------------------------------------------------
-# (c) the activation formula against the bytes autograd saves in real full-width layers
+# (c) the activation formula against the bytes autograd saves in real layers
 
-def saved_bytes_per_token(folder, layers, dtype, checkpointing, tokens=128, pad=False):
+def saved_bytes_per_token(folder, layers, dtype, checkpointing, tokens=128, pad=False, narrow=False):
     """Bytes autograd saves per token between the embedding and the final norm of a model built from
-    `folder`'s config with `layers` full-width layers and a 256-token vocabulary: every tensor the
-    saved-tensor hooks see, deduplicated by storage, parameters left out. With non-reentrant
-    checkpointing the hooks see each layer's saved inputs; the recomputation is not counted."""
+    `folder`'s config with `layers` layers and a 256-token vocabulary: every tensor the saved-tensor
+    hooks see, deduplicated by storage, parameters left out. With non-reentrant checkpointing the
+    hooks see each layer's saved inputs; the recomputation is not counted. narrow: the hidden and
+    intermediate sizes and the head counts divided by the KV head count (one KV head, the same
+    head_dim and query heads per KV head), for bf16, whose CPU matmuls are ~50x slower than fp32's."""
     import rollout
     from transformers import AutoConfig, AutoModelForCausalLM
     c = AutoConfig.from_pretrained(folder)
     c.num_hidden_layers, c.vocab_size = layers, 256
+    if narrow:
+        k, hd = c.num_key_value_heads, getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+        c.hidden_size, c.intermediate_size = c.hidden_size // k, c.intermediate_size // k
+        c.num_attention_heads, c.num_key_value_heads, c.head_dim = c.num_attention_heads // k, 1, hd
     torch.manual_seed(0)
     model = rollout.use_attention(AutoModelForCausalLM.from_config(c, dtype=dtype)).train()
     if checkpointing:
@@ -208,15 +214,15 @@ def saved_bytes_per_token(folder, layers, dtype, checkpointing, tokens=128, pad=
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name, dtype, pad", [("qwen2.5-7b", torch.bfloat16, False),
-                                              ("qwen2.5-7b", torch.float32, True),
-                                              ("qwen3-4b-base", torch.bfloat16, False),
-                                              ("llama-3.2-3b-instruct", torch.bfloat16, True)])
-def test_activation_formula_matches_saved_bytes(data, name, dtype, pad):
-    """One full-width layer, no checkpointing: the formula is exact on the CPU (SDPA's flash kernel
-    saves q, k, v, out and logsumexp, never T^2 scores; a padding mask adds its float copy)."""
-    tokens = 128
-    measured, c = saved_bytes_per_token(data / MODELS / name, 1, dtype, False, tokens, pad)
+@pytest.mark.parametrize("name, dtype, pad, tokens, narrow", [("qwen2.5-7b", torch.bfloat16, False, 8, False),
+                                                              ("qwen2.5-7b", torch.float32, True, 128, False),
+                                                              ("qwen3-4b-base", torch.bfloat16, False, 128, True),
+                                                              ("llama-3.2-3b-instruct", torch.bfloat16, True, 128, True)])
+def test_activation_formula_matches_saved_bytes(data, name, dtype, pad, tokens, narrow):
+    """One layer, no checkpointing: the formula is exact on the CPU (SDPA's flash kernel saves q, k,
+    v, out and logsumexp, never T^2 scores; a padding mask adds its float copy). Full width for the
+    7B (bf16 over 8 tokens: the bytes per token do not depend on the count), narrowed otherwise."""
+    measured, c = saved_bytes_per_token(data / MODELS / name, 1, dtype, False, tokens, pad, narrow)
     d = torch.empty(0, dtype=dtype).element_size()
     planned = memory.activation_bytes_per_token(c, d, False, 1, mask_len=tokens if pad else 0)
     assert planned == pytest.approx(measured, rel=0.25)
@@ -228,8 +234,8 @@ def test_activation_formula_with_checkpointing(data):
     """Two layers checkpointed keep their inputs (d h per token each); backward recomputes one layer
     at a time, whose full set (measured without checkpointing) comes on top."""
     folder = data / MODELS / "llama-3.2-3b-instruct"
-    kept, c = saved_bytes_per_token(folder, 2, torch.bfloat16, True)
-    one_layer, _ = saved_bytes_per_token(folder, 1, torch.bfloat16, False)
+    kept, c = saved_bytes_per_token(folder, 2, torch.bfloat16, True, narrow=True)
+    one_layer, _ = saved_bytes_per_token(folder, 1, torch.bfloat16, False, narrow=True)
     assert kept == pytest.approx(2 * 2 * c.hidden_size, rel=0.01)
     planned = memory.activation_bytes_per_token(c, 2, True, 2)
     assert planned == pytest.approx(kept + one_layer, rel=0.25)
