@@ -391,30 +391,32 @@ def rl_step(cfg, step, task, model, ref_model, engine, opt, *, pad, device, rank
                         "a task's score or a weighting gave NaN or inf")
     watch.lap("reward")
 
-    # 4) old log-probs with the trainer's own forward, unless the update is exactly on-policy
+    # 4) whole live groups moved between ranks so that each forwards about as many tokens; then the
+    #    old log-probs with the trainer's own forward, unless the update is exactly on-policy
+    mbs, back, busiest = balance_ranks(cfg, prompts, completions, A.flatten(), num_minibatches, rank, world)
     model.eval()                          # inference only; the update below runs in training mode
-    old_logp = None if on_policy else old_log_probs(model, prompts, completions, cfg, pad, device,
-                                                    keep=live_rows(cfg, A.flatten()))
+    if not on_policy:
+        P, C = [p for mb in mbs for p in mb[0]], [c for mb in mbs for c in mb[1]]
+        old_logp = old_log_probs(model, P, C, cfg, pad, device, keep=live_rows(cfg, torch.cat([mb[2] for mb in mbs])))
     watch.lap("old_logp")
 
     # 5) one optimizer step per mini-batch of whole groups
     lr = cfg.lr * min(1.0, (step + 1) / cfg.warmup_steps) if cfg.warmup_steps else cfg.lr
-    per_mb = len(completions) // num_minibatches
-    update_stats, grad_norms, first_logp = {}, [], []
+    update_stats, grad_norms, first_logp, at = {}, [], [], 0
     model.train()                         # activation checkpointing acts only in training mode
-    for k in range(num_minibatches):
-        mb = slice(k * per_mb, (k + 1) * per_mb)
-        stats, logp = update_minibatch(model, ref_model, prompts[mb], completions[mb], A.flatten()[mb],
-                                       None if on_policy else old_logp[mb], on_policy=on_policy, cfg=cfg,
-                                       pad_id=pad, device=device, world=world, max_len=task.max_new_tokens)
+    for P, C, adv, _ in mbs:
+        stats, logp = update_minibatch(model, ref_model, P, C, adv, None if on_policy else old_logp[at:at + len(C)],
+                                       on_policy=on_policy, cfg=cfg, pad_id=pad, device=device, world=world,
+                                       max_len=task.max_new_tokens)
         grad_norms.append(clip_and_step(model, opt, cfg, lr))
-        first_logp += logp
+        first_logp, at = first_logp + logp, at + len(C)
         for key, v in stats.items():
             update_stats[key] = (max(update_stats.get(key, 0.0), v) if key == "ratio/max"
                                  else update_stats.get(key, 0.0) + v / num_minibatches)
     model.eval()
-    if on_policy:
-        old_logp = first_logp             # the first forward IS pi_old (deviation 5)
+    old_logp = back(first_logp if on_policy else old_logp)   # the first forward IS pi_old (deviation 5)
+    if world > 1:
+        update_stats["balance/busiest_before"], update_stats["balance/busiest"] = busiest
     watch.lap("train")
 
     # 6) weight sync, so the next rollouts come from the updated policy
@@ -607,6 +609,88 @@ def live_rows(cfg, A):
         return list(range(len(A)))
     alive = (A.view(-1, cfg.group_size) != 0).any(1)                                 # (groups,)
     return [i for i in range(len(A)) if alive[i // cfg.group_size]]
+
+
+def assign_groups(costs, world):
+    """costs[r]: the tokens each of rank r's groups forwards (0: skipped). Returns dest[r][j], the
+    rank group j of rank r goes to: every rank keeps its groups, largest first, while its load stays
+    within the mean; the rest go, largest first, to the least-loaded rank (LPT: the busiest ends
+    within one group of the mean). Where that would not lower the busiest load, nothing moves.
+    Deterministic, so every rank computes the same answer."""
+    mean = sum(map(sum, costs)) / world
+    dest, load, pool = [[r] * len(c) for r, c in enumerate(costs)], [0] * world, []
+    for r, cs in enumerate(costs):
+        for j in sorted(range(len(cs)), key=lambda j: -cs[j]):
+            if load[r] + cs[j] <= mean:
+                load[r] += cs[j]
+            else:
+                pool.append((-cs[j], r, j))
+    for c, r, j in sorted(pool):
+        dest[r][j] = min(range(world), key=lambda q: (load[q], q))
+        load[dest[r][j]] -= c
+    if max(load) >= max(map(sum, costs)) or len(set(sum(dest, []))) < world:
+        return [[r] * len(c) for r, c in enumerate(costs)]
+    return dest
+
+
+def balance_ranks(cfg, prompts, completions, A, num_minibatches, rank, world):
+    """Whole live groups moved between ranks, mini-batch by mini-batch, so that every rank forwards
+    about as many tokens: each update waits for its busiest rank, and the groups skip_dead skips and
+    completions of unlike length leave some ranks far busier than others. A moved group takes its
+    prompt, completions and advantages along; the skipped ones stay, so the global counts the loss
+    divides by are unchanged, and the gradient with them (up to the order of the sum).
+    Returns (mbs, back, busiest): mbs, this rank's mini-batches, each (prompts, completions, A,
+    origin), origin[i] the (rank, index there) sequence i came from;
+    back(rows) returns per-sequence results in mbs' order (log-probs, None for a skipped sequence)
+    to the ranks the sequences came from, in this rank's own order; busiest, the sum over
+    mini-batches of the busiest rank's tokens over that of the mean rank, (before, after)."""
+    N, per_mb = cfg.group_size, len(completions) // num_minibatches
+    keep = set(live_rows(cfg, A))
+    share = cfg.share_prompts
+
+    def cost(s):
+        if s not in keep:
+            return 0
+        return sum(len(c) for c in completions[s:s + N]) + sum(len(p) for p in prompts[s:s + N][:1 if share else N])
+    starts = [list(range(k * per_mb, (k + 1) * per_mb, N)) for k in range(num_minibatches)]
+    everyone = [None] * world
+    dist.all_gather_object(everyone, [[cost(s) for s in mb] for mb in starts])
+    dests = [assign_groups([everyone[r][k] for r in range(world)], world) for k in range(num_minibatches)]
+    moving = [(k, s, prompts[s:s + N], completions[s:s + N], A[s:s + N])
+              for k, mb in enumerate(starts) for j, s in enumerate(mb) if dests[k][rank][j] != rank]
+    arrived = [None] * world
+    dist.all_gather_object(arrived, moving)
+    got = {(r, k, s): group for r in range(world) for k, s, *group in arrived[r]}
+    mbs = []
+    for k in range(num_minibatches):
+        groups = [(r, s) for r in range(world) for j, s in enumerate(starts[k]) if dests[k][r][j] == rank]
+        P, C, adv, origin = [], [], [], []
+        for r, s in groups:
+            p, c, a = (prompts[s:s + N], completions[s:s + N], A[s:s + N]) if r == rank else got[(r, k, s)]
+            P, C, adv, origin = P + p, C + c, adv + [a], origin + [(r, s + i) for i in range(N)]
+        mbs.append((P, C, torch.cat(adv), origin))
+
+    def back(rows):
+        out = [None] * len(completions)
+        away = []
+        for (r, i), row in zip((o for mb in mbs for o in mb[3]), rows):
+            if r == rank:
+                out[i] = row
+            else:
+                away.append((r, i, row))
+        returned = [None] * world
+        dist.all_gather_object(returned, away)
+        for r, i, row in (x for part in returned for x in part):
+            if r == rank:
+                out[i] = row
+        return out
+
+    def slowest(load_of):
+        loads = [[sum(load_of(r, k)) for r in range(world)] for k in range(num_minibatches)]
+        return sum(map(max, loads)) / max(sum(map(sum, loads)) / world, 1)
+    before = slowest(lambda r, k: everyone[r][k])
+    after = slowest(lambda r, k: [c for q in range(world) for c, d in zip(everyone[q][k], dests[k][q]) if d == r])
+    return mbs, back, (before, after)
 
 
 @torch.no_grad()

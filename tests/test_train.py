@@ -23,6 +23,8 @@ GRAD_CASES = [(1, 3, "plain", 0), (2, 3, "plain", 0), (2, 3, "shared", 0),      
 DEAD = ["", "1,2", "0,1,2,3"]
 AGGS = ["seq-mean-token-mean", "seq-mean-token-sum-norm"]
 AGG_CASES = [(1, 3), (2, 3), (2, 16)]                                               # world, mbs
+BALANCED = [(dead, layout, tokens) for dead in ("", "0,1") for layout, tokens in [("plain", 0), ("shared", 0),
+                                                                                  ("plain", 30)]]
 
 
 def ws_cases():
@@ -39,6 +41,9 @@ def ws_cases():
         cases.append((1, dict(loss="grpo", loss_agg=agg)))
         cases += [(world, dict(loss="grpo", loss_agg=agg, micro_batch_size=mbs)) for world, mbs in AGG_CASES]
     cases.append((1, dict(loss="grpo")))
+    cases.append((1, dict(loss="dapo", micro_batch_size=3, dead="0,1", skip_dead_groups="false")))
+    cases += [(2, dict(loss="dapo", micro_batch_size=3, dead=dead, layout=layout, micro_batch_tokens=tokens,
+                       balance="true")) for dead, layout, tokens in BALANCED]
     cases += [(2, dict(loss="dapo", micro_batch_size=3, load=load)) for load in ("every", "rank0")]
     return cases
 
@@ -123,6 +128,27 @@ def test_loss_aggregations_are_exact_across_micro_batches_and_ranks(ws_runs, agg
     token_mean = ws_runs[case_key(1, dict(loss="grpo"))]
     name = next(iter(ref["grads"]))
     assert not torch.allclose(ref["grads"][name], token_mean["grads"][name], atol=1e-6)
+
+
+def test_live_groups_balanced_across_ranks_give_the_same_update(ws_runs):
+    """train.rl_step moves whole live groups between ranks before the update (train.balance_ranks),
+    so that each forwards about as many tokens. With groups 0 and 1 dead, rank 0 of 2 held no live
+    group and rank 1 both: rank 1 forwarded every token, 2.0x the mean rank's; balanced, one group
+    each. Plain, shared-prompt and token-budget micro-batches, with and without dead groups: the
+    gradient, the parameters after the step and the loss are those of world size 1 within 1e-6, and
+    each sequence's log-probs come back to its own rank in input order."""
+    for dead, layout, tokens in BALANCED:
+        ref = ws_runs[case_key(1, dict(loss="dapo", micro_batch_size=3, dead=dead, skip_dead_groups="false"))]
+        got = ws_runs[case_key(2, dict(loss="dapo", micro_batch_size=3, dead=dead, layout=layout,
+                                       micro_batch_tokens=tokens, balance="true"))]
+        what = (dead, layout, tokens)
+        assert got["logp_gap"] < 1e-9 and got["skipped"] == (8 if dead else 0), what
+        assert_same_update(got, ref, what, stats=not dead)
+        assert got["stats"]["loss/pg"] == pytest.approx(ref["stats"]["loss/pg"], abs=1e-9)
+        before, after = got["busiest"]
+        assert 1 <= after <= before and max(got["forwarded"]) / (sum(got["forwarded"]) / 2) == pytest.approx(after)
+        if dead:
+            assert before == 2.0 and after < 1.5 and min(got["forwarded"]) > 0, what
 
 
 def test_weights_loaded_on_rank_0_alone_give_the_same_update(ws_runs):

@@ -104,6 +104,32 @@ def test_micro_batches_pad_to_the_busiest_rank(group, monkeypatch):
                                                                      - len(prompts[i])), [], []]
 
 
+@pytest.mark.parametrize("world", [2, 3, 8])
+def test_assign_groups_balances_whole_groups_and_never_makes_it_worse(world):
+    """train.assign_groups, the plan balance_ranks follows (the 2-rank update: tests/test_train.py):
+    every group goes to exactly one rank, every rank keeps one, the busiest load never rises and ends
+    within one group of the mean (LPT), nothing moves where the ranks are even, and every rank
+    computes the same answer from the same costs."""
+    import random
+    rng = random.Random(world)
+    for trial in range(300):
+        groups = rng.choice([1, 2, 4])
+        costs = [[rng.choice([0, 0, rng.randint(1, 400)]) if trial % 3 else rng.randint(1, 50) for _ in range(groups)]
+                 for _ in range(world)]
+        dest = train.assign_groups(costs, world)
+        assert dest == train.assign_groups([list(c) for c in costs], world)
+        assert [len(d) for d in dest] == [len(c) for c in costs] and set(sum(dest, [])) == set(range(world))
+        load = [sum(c for q in range(world) for c, d in zip(costs[q], dest[q]) if d == r) for r in range(world)]
+        before, mean = max(map(sum, costs)), sum(map(sum, costs)) / world
+        assert sum(load) == sum(map(sum, costs)) and max(load) <= before
+        if max(load) < before:
+            assert max(load) <= mean + max(map(max, costs))
+        if len(set(map(sum, costs))) == 1:
+            assert dest == [[r] * groups for r in range(world)]
+    # one rank with every live group: they spread
+    assert train.assign_groups([[0, 0], [0, 0], [5, 5], [5, 5]], 4) != [[0, 0], [1, 1], [2, 2], [3, 3]]
+
+
 def test_an_empty_pass_adds_nothing(group):
     """update_minibatch with padding passes gives the gradient of the same micro-batches without them."""
     model = train.shard(tiny_qwen(2).double(), torch.device("cpu"))

@@ -6,7 +6,8 @@ CASES.json is a list of cases, each a dict of options; one launch runs them all 
 group (a launch costs more than all its updates) and OUT.pt holds a list of results in that order.
 The options set train.Config fields (micro_batch_size, micro_batch_tokens, loss, loss_agg,
 share_prompts, skip_dead_groups, ...) and three of the fixture's: dead=G,G (groups whose advantages
-are set to 0, as X in {0, N} would make them), layout=shared, and load=rank0 (train.build's way:
+are set to 0, as X in {0, N} would make them), layout=shared, balance=true (train.balance_ranks
+first, as train.rl_step does) and load=rank0 (train.build's way:
 every rank builds the model on the meta device, rank 0 alone builds it whole, and each rank receives
 its shard by broadcast, train.shard_from_rank0). For each case every rank builds the same model and
 the same 16 sequences (4 groups x N = 4, completion lengths 2..30, mixed rewards in every group),
@@ -50,6 +51,7 @@ def run(opts, rank, world, device, unused):
     """One case: its results (whole on every rank)."""
     dead = [int(g) for g in opts.pop("dead", "").split(",") if g]
     load = opts.pop("load", "every")
+    balance = opts.pop("balance", "false") == "true"
     if opts.pop("layout", "plain") == "shared":
         opts["share_prompts"] = "true"
     fields = {f.name: f.type for f in dataclasses.fields(train.Config)}
@@ -81,12 +83,21 @@ def run(opts, rank, world, device, unused):
     prompts, completions = [q["prompt"] for q in mine], [q["completion"] for q in mine]
     A = torch.tensor([q["adv"] for q in mine])
     want = completion_logp(model, prompts, completions, 0)          # in input order
+    old = [q["old_logp"].double() for q in mine]
+    busiest, back = None, lambda rows: rows
+    if balance:                                 # train.rl_step's way: whole live groups moved between ranks
+        (mbs, back, busiest) = train.balance_ranks(cfg, prompts, completions, A, 1, rank, world)
+        prompts, completions, A, origin = mbs[0]
+        old = [seqs[r * per_rank + i]["old_logp"].double() for r, i in origin]
     batches = train.micro_batches(cfg, prompts, completions, train.live_rows(cfg, A))
-    live = [None] * world                                               # live (non-empty) passes per rank
+    tokens = sum(len(completions[i]) + (len(prompts[i]) if i % 4 == 0 or not cfg.share_prompts else 0)
+                 for mb in batches for i in mb)                     # forwarded, a shared prompt once
+    live, forwarded = [None] * world, [None] * world                    # live (non-empty) passes per rank
     torch.distributed.all_gather_object(live, sum(1 for mb in batches if mb))
-    stats, logp = train.update_minibatch(model, None, prompts, completions, A,
-                                         [q["old_logp"].double() for q in mine], on_policy=False, cfg=cfg, pad_id=0,
-                                         device=device, world=world)
+    torch.distributed.all_gather_object(forwarded, tokens)
+    stats, logp = train.update_minibatch(model, None, prompts, completions, A, old, on_policy=False, cfg=cfg,
+                                         pad_id=0, device=device, world=world)
+    logp = back(logp)
     # the logp returned must be each input sequence's own, whatever order the micro-batches took
     logp_gap = max([(a - b).abs().max().item() for a, b in zip(logp, want) if a is not None], default=0.0)
     skipped = sum(a is None for a in logp)
@@ -94,7 +105,7 @@ def run(opts, rank, world, device, unused):
     train.clip_and_step(model, opt, cfg, 1e-2)
     params = {n: p.full_tensor().detach() for n, p in model.named_parameters()}
     return {"stats": stats, "grads": grads, "params": params, "logp_gap": logp_gap, "passes": len(batches),
-            "live": live, "skipped": skipped}
+            "live": live, "skipped": skipped, "forwarded": forwarded, "busiest": busiest}
 
 
 def main(out, cases):
