@@ -162,14 +162,23 @@ def test_weights_loaded_on_rank_0_alone_give_the_same_update(ws_runs):
     assert_same_update(got, ref, "rank0")
 
 
-def test_bad_flags_are_refused_in_one_line():
-    """As the command line sees them; every flag of every script, in-process: tests/test_flags.py."""
-    for flags, name in [(["--gamma", "-1"], "--gamma"), (["--loss", "ppo"], "--loss"),
-                        (["--prompts_per_step", "100", "--mini_batch_prompts", "64"], "--prompts_per_step"),
-                        (["--group_size", "1"], "--group_size"), (["--loss_agg", "sum"], "--loss_agg"),
-                        (["--grad_checkpointing", "yes"], "--grad_checkpointing"), (["--engine", "sglang"], "--engine")]:
+def test_bad_flags_are_refused_in_one_line(capsys):
+    """Two as the command line sees them (a launch costs seconds), the rest in-process; every flag of
+    every script: tests/test_flags.py."""
+    from common import parse_config
+    from train import Config
+    cases = [(["--gamma", "-1"], "--gamma"), (["--engine", "sglang"], "--engine"), (["--loss", "ppo"], "--loss"),
+             (["--prompts_per_step", "100", "--mini_batch_prompts", "64"], "--prompts_per_step"),
+             (["--group_size", "1"], "--group_size"), (["--loss_agg", "sum"], "--loss_agg"),
+             (["--grad_checkpointing", "yes"], "--grad_checkpointing")]
+    for flags, name in cases[:2]:
         r = subprocess.run([PY, "train.py", *flags], cwd=ROOT, env=ENV, capture_output=True, text=True)
         assert r.returncode == 2 and name in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    for flags, name in cases[2:]:
+        with pytest.raises(SystemExit) as e:
+            parse_config(Config, flags)
+        err = capsys.readouterr().err
+        assert e.value.code == 2 and name in err and len(err.strip().splitlines()) == 1, err
 
 
 # -----------------------------------------------------------------------------
