@@ -84,6 +84,15 @@ def load_config(folder):
         raise ValueError(f"{path}: not a readable JSON file ({type(e).__name__}: {str(e).splitlines()[0][:120]})")
     check(isinstance(raw, dict) and "model_type" in raw,
           f"{path}: expected a JSON object with a model_type, got {json.dumps(raw)[:60]}")
+
+    def check_bounds(get):
+        for name, high in CONFIG_BOUNDS.items():
+            v = get(name)
+            check(isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= high,
+                  f"{path}: {name} {v!r}: expected an integer in [1, {high:,}]")
+    # the sizes given are checked before transformers reads them: it builds per-layer lists (2M layers: 20 s)
+    sub = raw.get("text_config") if isinstance(raw.get("text_config"), dict) else {}
+    check_bounds(lambda name: {**raw, **sub}.get(name, 1))
     try:
         config = AutoConfig.from_pretrained(folder)
     except Exception as e:                          # transformers' own message, first line
@@ -91,10 +100,7 @@ def load_config(folder):
     check(config.model_type in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
           f"{path}: model_type {config.model_type!r} is not a causal language model")
     text = config.get_text_config()
-    for name, high in CONFIG_BOUNDS.items():
-        v = getattr(text, name, None)
-        check(isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= high,
-              f"{path}: {name} {v!r}: expected an integer in [1, {high:,}]")
+    check_bounds(lambda name: getattr(text, name, None))
     kv = getattr(text, "num_key_value_heads", None) or text.num_attention_heads
     check(isinstance(kv, int) and 1 <= kv and text.num_attention_heads % kv == 0,
           f"{path}: num_key_value_heads {kv!r}: must divide num_attention_heads {text.num_attention_heads}")
