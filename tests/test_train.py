@@ -206,8 +206,8 @@ def maze_sft(tmp_path_factory):
     """A small maze warm start: maze.py's SFT (7x7, 600 steps) of a policy of a quarter of its FLOPs
     (hidden size 128, not 256; 1.0M parameters) at lr 2e-3, in this process. Held-out strict pass@1
     about 0.15: sometimes right, so RL groups are mixed. maze.py's own policy (lr 1e-3, 0.22) took 14
-    minutes on one core, this one 5 (2.5 on two); 2 layers of 128 reached only 0.035, and 300 steps of maze.py's 0.04, where
-    RL's first steps drift before they help, too slowly for a test (RL trains on the strict rule)."""
+    minutes on one core, this one 5 (under 3 on two). 2 layers of 128 reached only 0.035, and 300
+    steps of maze.py's 0.04: there RL's first steps drift before they help, too slowly for a test."""
     from dataclasses import asdict
     import maze
     out = tmp_path_factory.mktemp("maze") / "sft"
