@@ -394,6 +394,7 @@ def rl_step(cfg, step, task, model, ref_model, engine, opt, *, pad, device, rank
     # 4) whole live groups moved between ranks so that each forwards about as many tokens; then the
     #    old log-probs with the trainer's own forward, unless the update is exactly on-policy
     mbs, back, busiest = balance_ranks(cfg, prompts, completions, A.flatten(), num_minibatches, rank, world)
+    watch.lap("balance")
     model.eval()                          # inference only; the update below runs in training mode
     if not on_policy:
         P, C = [p for mb in mbs for p in mb[0]], [c for mb in mbs for c in mb[1]]
@@ -652,14 +653,17 @@ def balance_ranks(cfg, prompts, completions, A, num_minibatches, rank, world):
         if s not in keep:
             return 0
         return sum(len(c) for c in completions[s:s + N]) + sum(len(p) for p in prompts[s:s + N][:1 if share else N])
+    def gather(obj):                                  # every rank's obj; no collective in a group of one
+        out = [obj] * world
+        if world > 1:
+            dist.all_gather_object(out, obj)
+        return out
     starts = [list(range(k * per_mb, (k + 1) * per_mb, N)) for k in range(num_minibatches)]
-    everyone = [None] * world
-    dist.all_gather_object(everyone, [[cost(s) for s in mb] for mb in starts])
+    everyone = gather([[cost(s) for s in mb] for mb in starts])
     dests = [assign_groups([everyone[r][k] for r in range(world)], world) for k in range(num_minibatches)]
     moving = [(k, s, prompts[s:s + N], completions[s:s + N], A[s:s + N])
               for k, mb in enumerate(starts) for j, s in enumerate(mb) if dests[k][rank][j] != rank]
-    arrived = [None] * world
-    dist.all_gather_object(arrived, moving)
+    arrived = gather(moving)
     got = {(r, k, s): group for r in range(world) for k, s, *group in arrived[r]}
     mbs = []
     for k in range(num_minibatches):
@@ -678,9 +682,7 @@ def balance_ranks(cfg, prompts, completions, A, num_minibatches, rank, world):
                 out[i] = row
             else:
                 away.append((r, i, row))
-        returned = [None] * world
-        dist.all_gather_object(returned, away)
-        for r, i, row in (x for part in returned for x in part):
+        for r, i, row in (x for part in gather(away) for x in part):
             if r == rank:
                 out[i] = row
         return out

@@ -165,7 +165,7 @@ def run_part(name, cfg, train_cfg, load, task, pad, device, clock, deadline, con
     fig = {"params": params, "prompts": train_cfg.prompts_per_step, "group_size": train_cfg.group_size,
            "mini_batches": train_cfg.prompts_per_step // train_cfg.mini_batch_prompts, "prompt_tokens": prompt_tokens,
            "max_new_tokens": task.max_new_tokens, "timed_steps": len(timed), "warmup_step_s": steps[0]["step"],
-           **{f"{k}_s": total[k] / len(timed) for k in ("step", "rollout", "reward", "old_logp", "train", "weight_sync")},
+           **{f"{k}_s": total[k] / len(timed) for k in ("step", "rollout", "reward", "balance", "old_logp", "train", "weight_sync")},
            "completion_tokens_per_step": total["completion_tokens"] / len(timed),
            "update_tokens_per_step": total["update_tokens"] / len(timed),
            "rollout_tok_s": total["completion_tokens"] / total["rollout"],
