@@ -62,14 +62,23 @@ def dec(v):
     return v.clone() if isinstance(v, torch.Tensor) else v     # a fresh copy: checks share inputs
 
 
+def tolerance(dtype):
+    """How far a stored value of this dtype may move on another CPU (other SIMD widths and summation
+    orders change the last bits): 1e-12 for float64, 16 units in the last place for narrower floats
+    (float32: 1.9e-6), 0 for integers. A wrong formula moves values far more."""
+    return max(1e-12, 16 * torch.finfo(dtype).eps) if dtype.is_floating_point else 0.0
+
+
 def same(a, b):
-    """Is argument a (from a call) the stored value b? Tensors within 1e-12, numbers, strings, None."""
+    """Is argument a (from a call) the stored value b? Tensors within tolerance(b.dtype), relative and
+    absolute; numbers within 1e-12 relative; strings and None exactly."""
     if isinstance(b, torch.Tensor):
         try:
             a = torch.as_tensor(a).detach().to(torch.float64)
         except (TypeError, ValueError, RuntimeError):
             return False
-        return a.shape == b.shape and bool(torch.allclose(a, b.to(torch.float64), rtol=0, atol=1e-12))
+        t = tolerance(b.dtype)
+        return a.shape == b.shape and bool(torch.allclose(a, b.to(torch.float64), rtol=t, atol=t, equal_nan=True))
     if b is None or isinstance(b, str) or a is None or isinstance(a, str):
         return a is b or (isinstance(a, str) and a == b)
     try:
