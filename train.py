@@ -616,8 +616,8 @@ def assign_groups(costs, world):
     """costs[r]: the tokens each of rank r's groups forwards (0: skipped). Returns dest[r][j], the
     rank group j of rank r goes to: every rank keeps its groups, largest first, while its load stays
     within the mean; the rest go, largest first, to the least-loaded rank (LPT: the busiest ends
-    within one group of the mean). Where that would not lower the busiest load, nothing moves.
-    Deterministic, so every rank computes the same answer."""
+    within one group of the mean). Where that would not lower the busiest load, or would leave a
+    rank with nothing to forward, nothing moves. Deterministic, so every rank computes the same answer."""
     mean = sum(map(sum, costs)) / world
     dest, load, pool = [[r] * len(c) for r, c in enumerate(costs)], [0] * world, []
     for r, cs in enumerate(costs):
@@ -658,12 +658,25 @@ def balance_ranks(cfg, prompts, completions, A, num_minibatches, rank, world):
         if world > 1:
             dist.all_gather_object(out, obj)
         return out
+
+    def exchange(outgoing):                           # outgoing[q] goes to rank q only; returns what each rank sent here
+        if world == 1:
+            return outgoing
+        arrived = []
+        for src in range(world):
+            part = [None]
+            dist.scatter_object_list(part, outgoing if src == rank else None, src=src)
+            arrived.append(part[0])
+        return arrived
     starts = [list(range(k * per_mb, (k + 1) * per_mb, N)) for k in range(num_minibatches)]
     everyone = gather([[cost(s) for s in mb] for mb in starts])
     dests = [assign_groups([everyone[r][k] for r in range(world)], world) for k in range(num_minibatches)]
-    moving = [(k, s, prompts[s:s + N], completions[s:s + N], A[s:s + N])
-              for k, mb in enumerate(starts) for j, s in enumerate(mb) if dests[k][rank][j] != rank]
-    arrived = gather(moving)
+    outgoing = [[] for _ in range(world)]
+    for k, mb in enumerate(starts):
+        for j, s in enumerate(mb):
+            if dests[k][rank][j] != rank:
+                outgoing[dests[k][rank][j]].append((k, s, prompts[s:s + N], completions[s:s + N], A[s:s + N]))
+    arrived = exchange(outgoing)
     got = {(r, k, s): group for r in range(world) for k, s, *group in arrived[r]}
     mbs = []
     for k in range(num_minibatches):
@@ -671,20 +684,21 @@ def balance_ranks(cfg, prompts, completions, A, num_minibatches, rank, world):
         P, C, adv, origin = [], [], [], []
         for r, s in groups:
             p, c, a = (prompts[s:s + N], completions[s:s + N], A[s:s + N]) if r == rank else got[(r, k, s)]
-            P, C, adv, origin = P + p, C + c, adv + [a], origin + [(r, s + i) for i in range(N)]
+            P += p
+            C += c
+            adv.append(a)
+            origin += [(r, s + i) for i in range(N)]
         mbs.append((P, C, torch.cat(adv), origin))
 
     def back(rows):
-        out = [None] * len(completions)
-        away = []
+        out, away = [None] * len(completions), [[] for _ in range(world)]
         for (r, i), row in zip((o for mb in mbs for o in mb[3]), rows):
             if r == rank:
                 out[i] = row
             else:
-                away.append((r, i, row))
-        for r, i, row in (x for part in gather(away) for x in part):
-            if r == rank:
-                out[i] = row
+                away[r].append((i, row))
+        for i, row in (x for part in exchange(away) for x in part):
+            out[i] = row
         return out
 
     def slowest(load_of):
