@@ -638,7 +638,8 @@ def token_logp(logits, batch):
     batch["targets"] (S, Tc) -> (S, Tc), log softmax(logits)[target], exactly 0 where
     batch["completion_mask"] is False. Differentiable w.r.t. logits; finite for any finite logits.
 
-    With completion_logits, the reference path (it needs the full logits); policy_logp is the bounded one."""
+    token_logp(completion_logits(...)) is the direct formula, which needs the whole (S, Tc, V) logits:
+    the tests' reference for policy_logp, which gives the same values without ever building them."""
     logp = logits.log_softmax(-1).gather(-1, batch["targets"][..., None]).squeeze(-1)
     return logp * batch["completion_mask"]
 

@@ -535,7 +535,7 @@ def update_minibatch(model, ref_model, prompts, completions, A, old_logp, *, on_
 
     prompts, completions: token-id lists, one per sequence, N consecutive ones per group; A: (S,)
     advantages; old_logp: per-sequence log-probs under pi_old, or None when on_policy: then the first
-    forward IS pi_old (deviation 5) and the ratio is exactly 1. max_len: the response budget, for
+    forward IS pi_old (the README's deviation 5) and the ratio is exactly 1. max_len: the response budget, for
     --loss_agg seq-mean-token-sum-norm (default --max_response_len). ref_model: for --kl_coef > 0.
     The forward passes are micro_batches(cfg, ...) of the sequences live_rows(cfg, A) keeps, each
     packed (rollout.pack) and scored by rollout.policy_logp with entropy. Groups without signal
