@@ -18,7 +18,15 @@ least once in n samples, and its mean per-maze pass@1 there. The warm start's ow
 --sft_again, samples independent of those that binned the mazes (scored on the binning samples, its
 "solved" would be 100% in every bin by construction). Every run found is reported: a run without a
 final evaluation is listed as such.
+
+With --blocks, one table across blocks instead: a block is a results folder (runs/NAME/, evals/NAME.json,
+evals/sft.json) of runs from one warm start, whose arms are paired by seed; the warm start itself
+differs between blocks (maze.py's SFT does not reproduce bit for bit on another CPU). Per block and
+seed, each arm's pass@1 and pass@64 and its difference from GRPO; then the mean ± SE over all pairs.
+
+    python bench/maze_report.py --blocks results/maze7,results/maze7_w2 --table results/maze7_blocks.md
 """
+import dataclasses
 import glob
 import json
 import math
@@ -53,12 +61,16 @@ class Config:
     m: int = 64                              # the paired test's subsample size (<= evaluate.py's n)
     iters: int = 20_000
     sft_edges: tuple[float, ...] = (0.05, 0.2, 0.5)  # upper edges of the bins of SFT success c/n
+    blocks: str = ""                         # comma-separated results folders: the table across them instead
 
     def __post_init__(self):
         check_min(self, 1, "bin", "early", "m", "iters")
         check(Path(self.figure).suffix == ".png" and Path(self.table).suffix == ".md",
               f"--figure {self.figure} / --table {self.table}: expected a .png and a .md")
         check_out_file(self.figure, "--figure", SCRIPT)        # replaced only if this script wrote it
+        for b in filter(None, self.blocks.split(",")):
+            check(Path(b, "runs").is_dir() and Path(b, "evals", "sft.json").is_file(),
+                  f"--blocks {b}: expected a results folder with runs/ and evals/sft.json")
         check_out_file(self.table, "--table", SCRIPT)
         check(not self.figure_n or Path(self.figure_n).suffix == ".png", f"--figure_n {self.figure_n}: expected a .png")
         if self.figure_n:
@@ -311,7 +323,53 @@ def by_sft_difficulty(runs, sft, cfg):
     return lines
 
 
+def across_blocks(cfg):
+    """The --blocks table: rows (block, seed), per N a column per arm and per arm minus GRPO, for
+    pass@1 and pass@64 of the final evaluations; a last row of mean ± SE over the rows that have both."""
+    rows, arms = [], set()
+    for b in cfg.blocks.split(","):
+        sub = dataclasses.replace(cfg, runs=str(Path(b, "runs", "*")), evals=str(Path(b, "evals")))
+        sft = evaluate.load_result(Path(b, "evals", "sft.json"))["benchmarks"]["maze"]
+        by_seed = defaultdict(dict)
+        for (N, gamma), seeds in load_runs(sub).items():
+            arms.add((N, gamma))
+            for s, r in seeds.items():
+                if r["eval"] is not None:
+                    by_seed[s][(N, gamma)] = (r["eval"], stop_step(r["metrics"]))
+        rows += [(b, pass_at(sft, sft["rule"], 1), s, got) for s, got in sorted(by_seed.items())]
+    lines = []
+    for k in (1, cfg.m):
+        for N in sorted({n for n, _ in arms}):
+            mine = sorted(g for n, g in arms if n == N)
+            head = (f"| block (SFT pass@1) | seed | " + " | ".join(ARMS.get(g, g) for g in mine) + " | "
+                    + " | ".join(f"{ARMS.get(g, g)} − GRPO" for g in mine if g) + " |")
+            lines += [f"\nFinal held-out pass@{k}, N = {N}, % (stopping step in brackets); differences paired "
+                      "within a block and seed:\n", head, "|---" * (head.count("|") - 1) + "|"]
+            cols = defaultdict(list)
+            for b, sft_p1, s, got in rows:
+                cells = []
+                for g in mine:
+                    e = got.get((N, g))
+                    v = pass_at(e[0], e[0]["rule"], k) if e else None
+                    cols[g].append(v)
+                    cells.append("–" if e is None else f"{100 * v:.1f} ({e[1] or 'cap'})")
+                for g in mine:
+                    if g:
+                        d = cols[g][-1] - cols[0.0][-1] if None not in (cols[g][-1], cols.get(0.0, [None])[-1]) else None
+                        cols["d", g].append(d)
+                        cells.append("–" if d is None else f"{100 * d:+.1f}")
+                lines.append(f"| {Path(b).name} ({100 * sft_p1:.1f}) | {s} | " + " | ".join(cells) + " |")
+            means = [fmt(*mean_se(cols[g])) for g in mine] + [fmt(*mean_se(cols["d", g]), sign="+") for g in mine if g]
+            counts = "/".join(str(sum(x is not None for x in cols["d", g])) for g in mine if g)
+            lines.append(f"| mean ± SE | pairs {counts} | " + " | ".join(means) + " |")
+    text = "\n".join(lines).lstrip("\n") + "\n"
+    write_table_out(cfg.table, text, SCRIPT)
+    print(text)
+
+
 def main(cfg):
+    if cfg.blocks:
+        return across_blocks(cfg)
     runs = load_runs(cfg)
     sft = None
     if Path(cfg.sft).is_file():      # the result, and {rule: {k: pass@k}} for k = 1, 64, n (Eq. 27)

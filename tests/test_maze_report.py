@@ -99,6 +99,28 @@ def test_runs_of_another_ablation_setting_are_not_pooled(tmp_path):
         maze_report.main(cfg)
 
 
+def test_blocks_pair_arms_within_a_warm_start_only(tmp_path):
+    """--blocks: two warm starts, GRPO and γ = 0.5 paired by seed inside each; a γ = 0.5 run whose
+    block has no GRPO of its seed enters its column but no difference. pass@1 (64 samples, n = 64):
+    block a: 50 vs 75 (seed 0), block b: 25 vs 12.5 (seed 0), 50 alone (seed 1) -> +25, -12.5."""
+    for block, runs in {"a": [(0.0, 0, [0] * 20 + [64] * 20), (0.5, 0, [0] * 10 + [64] * 30)],
+                        "b": [(0.0, 0, [0] * 30 + [64] * 10), (0.5, 0, [32] * 10 + [0] * 30), (0.5, 1, [32] * 40)]}.items():
+        for gamma, seed, counts in runs:
+            plant(tmp_path / block, f"N8_g{gamma:g}_s{seed}", 8, gamma, seed, 0.5, counts)
+        (tmp_path / block / "evals" / "sft.json").write_text((tmp_path / block / "evals" / "N8_g0_s0.json").read_text())
+    with pytest.raises(ValueError, match="--blocks"):
+        maze_report.Config(blocks=str(tmp_path / "a") + "," + str(tmp_path / "nothing"))
+    cfg = maze_report.Config(blocks=f"{tmp_path / 'a'},{tmp_path / 'b'}", table=str(tmp_path / "t.md"),
+                             figure=str(tmp_path / "f.png"))
+    maze_report.main(cfg)
+    p1 = (tmp_path / "t.md").read_text().split("pass@64")[0].splitlines()
+    assert "| a (50.0) | 0 | 50.0 (cap) | 75.0 (cap) | +25.0 |" in p1
+    assert "| b (25.0) | 0 | 25.0 (cap) | 12.5 (cap) | -12.5 |" in p1
+    assert "| b (25.0) | 1 | – | 50.0 (cap) | – |" in p1
+    assert "| mean ± SE | pairs 2 | 37.5 ± 12.5 | 45.8 ± 18.2 | +6.2 ± 18.7 |" in p1
+    assert not (tmp_path / "f.png").exists()
+
+
 def test_figure_and_table_replace_only_their_own_files(tmp_path):
     """--figure and --table wrote over whatever was there; now only over this script's own files."""
     mine = tmp_path / "mine.png"
