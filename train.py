@@ -675,7 +675,8 @@ def balance_ranks(cfg, prompts, completions, A, num_minibatches, rank, world):
     for k, mb in enumerate(starts):
         for j, s in enumerate(mb):
             if dests[k][rank][j] != rank:
-                outgoing[dests[k][rank][j]].append((k, s, prompts[s:s + N], completions[s:s + N], A[s:s + N]))
+                outgoing[dests[k][rank][j]].append((k, s, prompts[s:s + N], completions[s:s + N],
+                                                        A[s:s + N].clone()))  # a view would pickle all of A
     arrived = exchange(outgoing)
     got = {(r, k, s): group for r in range(world) for k, s, *group in arrived[r]}
     mbs = []

@@ -16,8 +16,10 @@ After each chunk from --min_steps on, RULE reads the held-out evaluations train.
 first s where it holds, or at --max_steps. Then evaluate.py scores out_dir/final on 256 held-out
 mazes x --n samples into --results/evals. run.json and metrics.jsonl are copied to --results/runs after
 every chunk, so a run still going is reported too (never a checkpoint). Rerunning the same command
-continues where a killed one stopped.
+continues where a killed one stopped. A results folder is one block: one warm start, whose sha256 the
+first run writes to --results/warm_start.json, and a run from any other warm start is refused there.
 """
+import hashlib
 import json
 import os
 import shutil
@@ -59,6 +61,23 @@ class Config:
               and self.max_steps % self.chunk == 0, "--chunk must be a multiple of --eval_every, and --min_steps "
               "and --max_steps multiples of --chunk (RULE is checked at evaluated steps)")
         check(Path(self.model, "sft.json").is_file(), f"--model {self.model}: no sft.json (run maze.py first)")
+        stamp = Path(self.results, "warm_start.json")      # a block: one warm start and the arms trained from it
+        if stamp.is_file():
+            check(json.loads(stamp.read_text())["sha256"] == warm_start_id(self.model), f"--model {self.model} is "
+                  f"not the warm start of --results {self.results} (sha256 differs from its {stamp.name}); use "
+                  "another --results")
+        else:
+            check(not any(Path(self.results, "runs").glob("*")), f"--results {self.results} holds runs but no "
+                  f"{stamp.name}, so which warm start they share is unknown; use another --results")
+
+
+def warm_start_id(model):
+    """sha256 of the warm start's weights. The same maze.py command gives another warm start on another
+    kind of CPU (float rounding, amplified by 600 steps), so a block records which one its runs share."""
+    h = hashlib.sha256()
+    for f in sorted(Path(model).glob("*.safetensors")):
+        h.update(f.read_bytes())
+    return h.hexdigest()
 
 
 def converged(metrics, rule="strict"):
@@ -102,6 +121,10 @@ def main(cfg):
              "--save_every", "100", "--sample_every", "0", "--gamma", str(cfg.gamma), "--seed", str(cfg.seed),
              "--out_dir", str(run)]
     print(f"{name}: {RULE}", flush=True)
+    stamp = results / "warm_start.json"
+    if not stamp.is_file():
+        results.mkdir(parents=True, exist_ok=True)
+        stamp.write_text(json.dumps({"model": cfg.model, "sha256": warm_start_id(cfg.model)}, indent=1) + "\n")
 
     def train_to(s):          # then the outputs so far, so that a run still going is reported too
         subprocess.run(train + ["--steps", str(s), "--resume", str((run / "ckpt").is_dir()).lower()], check=True)

@@ -49,8 +49,8 @@ SCRIPT = "bench/maze_report.py"      # the mark in its figure and table (common.
 
 @dataclass
 class Config:
-    runs: str = "out/maze_rl/N*"             # glob of train.py run folders
-    evals: str = "runs/maze"                 # folder of evaluate.py results, one RUN.json per run folder name
+    runs: str = "out/maze_rl/N*"             # glob(s) of train.py run folders, comma-separated
+    evals: str = "runs/maze"                 # folder(s) of evaluate.py results, RUN.json per run folder name
     sft: str = "runs/maze/sft.json"          # evaluate.py result of the SFT warm start (step 0)
     sft_again: str = "runs/maze/sft_seed1.json"  # the warm start evaluated again with another --seed (optional)
     figure: str = "figures/maze_curves.png"
@@ -84,16 +84,22 @@ ARMS = {0.0: "GRPO", 0.5: "F-GRPO γ=0.5", 1.0: "F-GRPO γ=1"}
 
 
 def load_runs(cfg):
-    """{(N, gamma): {seed: {"metrics": [...], "eval": result or None, "name": folder name}}}."""
+    """{(N, gamma): {seed: {"metrics": [...], "eval": result or None, "name": folder name, ...}}}. --runs
+    may list globs and --evals folders, comma-separated: the i-th glob's evaluations are in the i-th
+    folder (or the only one)."""
     runs = defaultdict(dict)
-    for d in sorted(glob.glob(cfg.runs)):
-        d = Path(d)
+    patterns, evals = cfg.runs.split(","), cfg.evals.split(",")
+    for d, ev in sorted((Path(d), evals[i % len(evals)]) for i, p in enumerate(patterns) for d in glob.glob(p)):
         if not (d / "run.json").is_file() or not (d / "metrics.jsonl").is_file():
             continue
         c = json.loads((d / "run.json").read_text())["config"]
         metrics = [json.loads(line) for line in (d / "metrics.jsonl").read_text().splitlines() if line.strip()]
-        result = Path(cfg.evals) / f"{d.name}.json"
-        runs[(c["group_size"], float(c["gamma"]))][c["seed"]] = {
+        result = Path(ev) / f"{d.name}.json"
+        arm = (c["group_size"], float(c["gamma"]))
+        if c["seed"] in runs[arm]:
+            sys.exit(f"error: --runs matches two runs of N {arm[0]}, gamma {arm[1]:g}, seed {c['seed']}: "
+                     f"{runs[arm][c['seed']]['path']} and {d}")
+        runs[arm][c["seed"]] = {"path": d,
             "metrics": metrics, "name": d.name, "rule": c.get("maze_reward", "walk"), "config": c,
             "eval": evaluate.load_result(result)["benchmarks"]["maze"] if result.is_file() else None}
     if not runs:
@@ -226,7 +232,7 @@ def table(runs, sft, cfg):
         per_seed = ", ".join(f"s{s} {100 * pass_at(e, rule, 1):.1f}" for s, e in sorted(evals.items()))
         missing = [str(s) for s in seeds if s not in evals]
         per_seed += f" (no final eval: seed {', '.join(missing)})" if missing else ""
-        stops = ", ".join(f"s{s} {stop_step(r['metrics']) or 'running'}" for s, r in sorted(seeds.items()))
+        stops = ", ".join(f"s{s} {stopped(r['metrics'])}" for s, r in sorted(seeds.items()))
         lines.append(f"| {N} | {ARMS.get(gamma, gamma)} | {len(seeds)} | " + " | ".join(cells) + f" | {per_seed} | {stops} |")
     lines.append("\nPaired m-out-of-n test per seed, F-GRPO minus GRPO (points, 95% interval, * significant):\n")
     lines.append(f"| N | method | seed | pass@1 | pass@{cfg.m} |\n|---|---|---|---|---|")
@@ -250,6 +256,12 @@ def table(runs, sft, cfg):
     text = "\n".join(lines) + "\n"
     write_table_out(cfg.table, text, SCRIPT)
     print(text)
+
+
+def stopped(metrics):
+    """RULE's stopping step, and the last step when the run was trained on past it (for equal steps)."""
+    s, last = stop_step(metrics), max((m["step"] for m in metrics), default=0)
+    return "running" if s is None else f"{s}, trained on to {last}" if s != "cap" and last > s else s
 
 
 def by_step(runs, cfg):
@@ -353,9 +365,10 @@ def across_blocks(cfg):
                     v = pass_at(e[0], e[0]["rule"], k) if e else None
                     cols[g].append(v)
                     cells.append("–" if e is None else f"{100 * v:.1f} ({e[1] or 'cap'})")
+                grpo = cols[0.0][-1] if 0.0 in mine else None
                 for g in mine:
                     if g:
-                        d = cols[g][-1] - cols[0.0][-1] if None not in (cols[g][-1], cols.get(0.0, [None])[-1]) else None
+                        d = None if None in (cols[g][-1], grpo) else cols[g][-1] - grpo
                         cols["d", g].append(d)
                         cells.append("–" if d is None else f"{100 * d:+.1f}")
                 lines.append(f"| {Path(b).name} ({100 * sft_p1:.1f}) | {s} | " + " | ".join(cells) + " |")

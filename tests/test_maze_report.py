@@ -121,6 +121,26 @@ def test_blocks_pair_arms_within_a_warm_start_only(tmp_path):
     assert not (tmp_path / "f.png").exists()
 
 
+def test_runs_from_two_folders_each_with_its_own_evaluations(tmp_path):
+    """A GRPO run trained on past its stop (bench/maze_converge --min_steps) in a folder of its own, beside
+    the block's F-GRPO run: the i-th --runs glob reads the i-th --evals folder, the stop cell says how far
+    the run went on, and two runs of one arm and seed are refused, not one silently dropped."""
+    plant(tmp_path / "block", "N8_g0_s0", 8, 0.0, 0, 0.5, [0] * 20 + [64] * 20)      # pass@1 50 at its stop
+    plant(tmp_path / "block", "N8_g0.5_s0", 8, 0.5, 0, 0.5, [64] * 40)
+    plant(tmp_path / "long", "N8_g0_s0", 8, 0.0, 0, 0.5, [0] * 10 + [64] * 30)       # pass@1 75 at step 2,000
+    rows = [{"step": t, "eval/strict/pass@1": 0.4, "eval/strict/pass@64": 0.6} for t in range(100, 2001, 100)]
+    (tmp_path / "long" / "runs" / "N8_g0_s0" / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    common = dict(sft=str(tmp_path / "absent.json"), figure=str(tmp_path / "f.png"), table=str(tmp_path / "t.md"), iters=100)
+    both = f"{tmp_path / 'long' / 'runs' / '*'},{tmp_path / 'block' / 'runs' / '*'}"
+    evals = f"{tmp_path / 'long' / 'evals'},{tmp_path / 'block' / 'evals'}"
+    with pytest.raises(SystemExit, match="two runs of N 8, gamma 0, seed 0"):
+        maze_report.main(maze_report.Config(runs=both, evals=evals, **common))
+    runs = f"{tmp_path / 'long' / 'runs' / '*'},{tmp_path / 'block' / 'runs' / 'N8_g0.5_s*'}"
+    maze_report.main(maze_report.Config(runs=runs, evals=evals, **common))
+    grpo = next(line for line in (tmp_path / "t.md").read_text().splitlines() if "| GRPO |" in line)
+    assert "| 75.0 |" in grpo and grpo.endswith("| s0 1000, trained on to 2000 |"), grpo
+
+
 def test_figure_and_table_replace_only_their_own_files(tmp_path):
     """--figure and --table wrote over whatever was there; now only over this script's own files."""
     mine = tmp_path / "mine.png"
@@ -166,7 +186,8 @@ def test_fig6_is_drawn_against_n(tmp_path):
 def test_the_driver_trains_in_chunks_until_the_rule_holds(tmp_path, monkeypatch):
     """bench/maze_converge.main with train.py and evaluate.py faked: chunks of 500 steps, each a
     resume of the one before; it stops at the first checked step where RULE holds (a plateau from
-    step 1,200 holds at 2,000), evaluates once, and a second call does no work."""
+    step 1,200 holds at 2,000), evaluates once, and a second call does no work; a run from another warm
+    start than the block's, or into a block whose warm start is unknown, is refused."""
     import maze_converge
     model = tmp_path / "sft"
     model.mkdir()
@@ -197,3 +218,9 @@ def test_the_driver_trains_in_chunks_until_the_rule_holds(tmp_path, monkeypatch)
     assert (tmp_path / "res" / "runs" / "N8_g0.5_s0" / "metrics.jsonl").is_file()
     maze_converge.main(cfg)
     assert len(calls) == 5
+    (model / "model.safetensors").write_bytes(b"other weights")        # the block's runs share one warm start
+    with pytest.raises(ValueError, match="not the warm start of --results"):
+        maze_converge.Config(gamma=1, model=str(model), out=str(tmp_path / "out"), results=str(tmp_path / "res"))
+    (tmp_path / "res" / "warm_start.json").unlink()                    # runs of an unknown warm start
+    with pytest.raises(ValueError, match="which warm start they share is unknown"):
+        maze_converge.Config(gamma=1, model=str(model), out=str(tmp_path / "out"), results=str(tmp_path / "res"))
