@@ -17,11 +17,13 @@ them (its c/n, --sft_edges), and each arm's row gives, per bin, the share of maz
 least once in n samples, and its mean per-maze pass@1 there. The warm start's own row is scored on
 --sft_again, samples independent of those that binned the mazes (scored on the binning samples, its
 "solved" would be 100% in every bin by construction). Every run found is reported: a run without a
-final evaluation is listed as such.
+final evaluation is listed as such. --runs and --evals may list several, comma-separated, the i-th
+glob's evaluations in the i-th folder: a block's F-GRPO runs beside GRPO runs trained on to equal
+steps in a folder of their own (bench/maze_converge.py --min_steps), say.
 
 With --blocks, one table across blocks instead: a block is a results folder (runs/NAME/, evals/NAME.json,
 evals/sft.json) of runs from one warm start, whose arms are paired by seed; the warm start itself
-differs between blocks (maze.py's SFT does not reproduce bit for bit on another CPU). Per block and
+differs between blocks (maze.py's SFT does not reproduce bit for bit on another kind of CPU). Per block and
 seed, each arm's pass@1 and pass@64 and its difference from GRPO; then the mean ± SE over all pairs.
 
     python bench/maze_report.py --blocks results/maze7,results/maze7_w2 --table results/maze7_blocks.md
