@@ -34,6 +34,7 @@ from common import check, check_min, parse_config  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 RULE = ("converged at step s: the mean held-out pass@1 over the evaluations in (3s/4, s] is within "
         "1 point of the mean over (s/2, 3s/4], or pass@64 - pass@1 < 2 points at the last two evaluations")
+STAMP = "warm_start.json"         # in --results: the sha256 of the block's warm start (warm_start_id)
 
 
 @dataclass
@@ -61,7 +62,7 @@ class Config:
               and self.max_steps % self.chunk == 0, "--chunk must be a multiple of --eval_every, and --min_steps "
               "and --max_steps multiples of --chunk (RULE is checked at evaluated steps)")
         check(Path(self.model, "sft.json").is_file(), f"--model {self.model}: no sft.json (run maze.py first)")
-        stamp = Path(self.results, "warm_start.json")      # a block: one warm start and the arms trained from it
+        stamp = Path(self.results, STAMP)                  # a block: one warm start and the arms trained from it
         if stamp.is_file():
             check(json.loads(stamp.read_text())["sha256"] == warm_start_id(self.model), f"--model {self.model} is "
                   f"not the warm start of --results {self.results} (sha256 differs from its {stamp.name}); use "
@@ -121,7 +122,7 @@ def main(cfg):
              "--save_every", "100", "--sample_every", "0", "--gamma", str(cfg.gamma), "--seed", str(cfg.seed),
              "--out_dir", str(run)]
     print(f"{name}: {RULE}", flush=True)
-    stamp = results / "warm_start.json"
+    stamp = results / STAMP
     if not stamp.is_file():
         results.mkdir(parents=True, exist_ok=True)
         stamp.write_text(json.dumps({"model": cfg.model, "sha256": warm_start_id(cfg.model)}, indent=1) + "\n")
