@@ -349,7 +349,7 @@ def across_blocks(cfg):
             arms.add((N, gamma))
             for s, r in seeds.items():
                 if r["eval"] is not None:
-                    by_seed[s][(N, gamma)] = (r["eval"], stop_step(r["metrics"]))
+                    by_seed[s][(N, gamma)] = (r["eval"], stopped(r["metrics"]))
         rows += [(b, pass_at(sft, sft["rule"], 1), s, got) for s, got in sorted(by_seed.items())]
     lines = []
     for k in (1, cfg.m):
@@ -366,7 +366,7 @@ def across_blocks(cfg):
                     e = got.get((N, g))
                     v = pass_at(e[0], e[0]["rule"], k) if e else None
                     cols[g].append(v)
-                    cells.append("–" if e is None else f"{100 * v:.1f} ({e[1] or 'cap'})")
+                    cells.append("–" if e is None else f"{100 * v:.1f} ({e[1]})")
                 grpo = cols[0.0][-1] if 0.0 in mine else None
                 for g in mine:
                     if g:

@@ -102,7 +102,8 @@ def test_runs_of_another_ablation_setting_are_not_pooled(tmp_path):
 def test_blocks_pair_arms_within_a_warm_start_only(tmp_path):
     """--blocks: two warm starts, GRPO and γ = 0.5 paired by seed inside each; a γ = 0.5 run whose
     block has no GRPO of its seed enters its column but no difference. pass@1 (64 samples, n = 64):
-    block a: 50 vs 75 (seed 0), block b: 25 vs 12.5 (seed 0), 50 alone (seed 1) -> +25, -12.5."""
+    block a: 50 vs 75 (seed 0), block b: 25 vs 12.5 (seed 0), 50 alone (seed 1) -> +25, -12.5. The planted
+    runs end before RULE's first check, so their stop reads "running", as in the per-run table."""
     for block, runs in {"a": [(0.0, 0, [0] * 20 + [64] * 20), (0.5, 0, [0] * 10 + [64] * 30)],
                         "b": [(0.0, 0, [0] * 30 + [64] * 10), (0.5, 0, [32] * 10 + [0] * 30), (0.5, 1, [32] * 40)]}.items():
         for gamma, seed, counts in runs:
@@ -114,9 +115,9 @@ def test_blocks_pair_arms_within_a_warm_start_only(tmp_path):
                              figure=str(tmp_path / "f.png"))
     maze_report.main(cfg)
     p1 = (tmp_path / "t.md").read_text().split("pass@64")[0].splitlines()
-    assert "| a (50.0) | 0 | 50.0 (cap) | 75.0 (cap) | +25.0 |" in p1
-    assert "| b (25.0) | 0 | 25.0 (cap) | 12.5 (cap) | -12.5 |" in p1
-    assert "| b (25.0) | 1 | – | 50.0 (cap) | – |" in p1
+    assert "| a (50.0) | 0 | 50.0 (running) | 75.0 (running) | +25.0 |" in p1
+    assert "| b (25.0) | 0 | 25.0 (running) | 12.5 (running) | -12.5 |" in p1
+    assert "| b (25.0) | 1 | – | 50.0 (running) | – |" in p1
     assert "| mean ± SE | pairs 2 | 37.5 ± 12.5 | 45.8 ± 18.2 | +6.2 ± 18.7 |" in p1
     assert not (tmp_path / "f.png").exists()
 
