@@ -248,7 +248,7 @@ def entropy_from_logits(logits):
 
     In float32, float64 staying float64; finite for any finite logits (a softmax that underflows to 0
     contributes 0, not 0 * -inf). Pass logits already divided by the sampling temperature. It
-    materialises the whole (..., V) softmax: the trainer's head computes it per chunk (rollout.head_logp).
+    materialises the whole (..., V) softmax: the trainer's head computes it per chunk (logprob.head_logp).
     """
     logits = logits.to(torch.promote_types(logits.dtype, torch.float32))
     return torch.logsumexp(logits, dim=-1) - (torch.softmax(logits, dim=-1) * logits).sum(dim=-1)

@@ -53,11 +53,11 @@ from pathlib import Path
 import numpy as np
 
 import maze
-import ood
+from fgrpo_utils import ood
 import reward
 from advantage import ks_up_to, pass_at_k_curve, pass_at_k_table
-from common import (check, check_choices, check_device, check_min, check_out_file, check_positive, check_pretrained, check_utf8,
-                    data_dir, parse_config, png_metadata, refuse, remove_temp, write_json_out, write_table_out)
+from fgrpo_utils.cli import (check, check_choices, check_device, check_min, check_positive, check_pretrained, check_utf8, data_dir, parse_config, refuse)
+from fgrpo_utils.outputs import check_out_file, png_metadata, remove_temp, write_json_out, write_table_out
 
 SCRIPT = "evaluate.py"           # the mark in every file it writes (common.is_ours)
 
@@ -337,8 +337,8 @@ def score(task, completions, rows, scorer):
     if task == "math":
         return scorer.score(completions, [r["answer"] for r in rows])
     if task == "gpqa":
-        return [float(ood.gpqa_letter(c) == r["answer"]) for c, r in zip(completions, rows)], {}
-    return [float(ood.ifeval_correct(c, r)) for c, r in zip(completions, rows)], {}
+        return [float(reward.gpqa_letter(c) == r["answer"]) for c, r in zip(completions, rows)], {}
+    return [float(ood.ifeval_correct(reward.answer_region(c), r)) for c, r in zip(completions, rows)], {}
 
 
 def load_benchmarks(cfg):
@@ -375,7 +375,7 @@ def evaluate_maze(cfg, engine, tok):
     --maze_reward rule, c_RULE and pass@k_RULE every rule. --max_problems sets the number of mazes
     (default 256), --max_new_tokens the budget (0: maze.max_new_tokens_for the size)."""
     import maze
-    task = maze.make_task(tok, maze.checkpoint_size(cfg.model), cfg.seed, cfg.maze_reward, cfg.max_problems or 256,
+    task = maze.maze_task(tok, maze.checkpoint_size(cfg.model), cfg.seed, cfg.maze_reward, cfg.max_problems or 256,
                           cfg.n, max_new_tokens=cfg.max_new_tokens or None, temperature=cfg.temperature,
                           top_p=cfg.top_p, top_k=cfg.top_k)
     counts = task.evaluate(engine, 0, 1)                       # {rule: [c_i]}, cfg.maze_reward first
@@ -732,8 +732,8 @@ def run_compare(cfg):
 
 def nll(model, tok, prompts, completions, batch_size=8):
     """Length-normalised NLL (mean per-token -log p) of each completion under model, at T = 1."""
-    import rollout
-    logp = rollout.completion_logp(model, prompts, completions, reward.pad_id(tok), temperature=1.0,
+    from fgrpo_utils.logprob import completion_logp
+    logp = completion_logp(model, prompts, completions, reward.pad_id(tok), temperature=1.0,
                                    batch_size=batch_size)
     return [float(-lp.mean()) for lp in logp]
 

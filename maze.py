@@ -55,8 +55,9 @@ from transformers import (AutoModelForCausalLM, GenerationConfig, PreTrainedToke
 
 import rollout
 from advantage import pass_at_k_curve
-from common import (Task, atomic_dir, atomic_write_json, check, check_choices, check_device, check_min, check_out_dir, check_positive,
-                    parse_config)
+from fgrpo_utils.cli import check, check_choices, check_device, check_min, check_positive, parse_config
+from fgrpo_utils.outputs import atomic_dir, atomic_write_json, check_out_dir
+from fgrpo_utils.task import Task
 
 # -----------------------------------------------------------------------------
 # Mazes: a (2k+1) x (2k+1) grid, border walls, "rooms" at odd coordinates (as MaxRL's public maze code)
@@ -301,9 +302,9 @@ def build_model():
     return Qwen2ForCausalLM(model_config())
 
 
-def save_checkpoint(model, tokenizer, out_dir, info):
+def save_sft(model, tokenizer, out_dir, info):
     """config.json, model.safetensors, tokenizer, generation_config.json and sft.json, atomically.
-    An existing out_dir is replaced only if it is one of ours (common.atomic_dir)."""
+    An existing out_dir is replaced only if it is one of ours (outputs.atomic_dir)."""
     def write(tmp):
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
@@ -389,8 +390,24 @@ def evaluate_mazes(engine, tokenizer, grids, n, seed, max_new_tokens=None, tempe
     return res
 
 
-def make_task(tokenizer, size, seed, rule="strict", eval_mazes=256, eval_samples=4, **sampling):
-    """The maze as a common.Task: training maze i is keyed by (seed, i) alone, the reward is `rule`,
+def make_task(cfg, tokenizer, model_type):
+    """--task maze (train.py's TASKS): maze_task of --maze_size (0: the checkpoint's) and --maze_reward,
+    with --eval_mazes held-out mazes of --eval_samples samples each."""
+    return maze_task(tokenizer, cfg.maze_size or checkpoint_size(cfg.model), cfg.seed, cfg.maze_reward,
+                     cfg.eval_mazes, cfg.eval_samples)
+
+
+def check_flags(cfg):
+    """train.py's check of the maze flags, before any work: --maze_size 0 (a maze.py checkpoint's, read
+    from its sft.json) or an odd size in [MIN_SIZE, 17]."""
+    check(cfg.maze_size == 0 or (cfg.maze_size % 2 == 1 and MIN_SIZE <= cfg.maze_size <= 17),
+          f"--maze_size {cfg.maze_size}: expected 0 or an odd number in [{MIN_SIZE}, 17]")
+    check(cfg.maze_size or (Path(cfg.model) / "sft.json").is_file(), f"--model {cfg.model}: no sft.json (not a "
+          "maze.py checkpoint), so no maze size; pass --maze_size")
+
+
+def maze_task(tokenizer, size, seed, rule="strict", eval_mazes=256, eval_samples=4, **sampling):
+    """The maze as a Task (fgrpo_utils.task): training maze i is keyed by (seed, i) alone, the reward is `rule`,
     and the held-out set is the first eval_mazes held-out mazes (none if 0), eval_samples samples
     each, drawn with `sampling` (evaluate_mazes' max_new_tokens, temperature, top_p, top_k)."""
     def prompt(i):
@@ -483,7 +500,7 @@ def main(cfg):
                 path_lengths=lengths, mean_path_length=mean_len,
                 versions=dict(torch=torch.__version__, transformers=transformers.__version__))
     print(f"sft: {cfg.steps} steps in {info['sft_seconds']}s, loss (last 20) {info['final_loss']:.4f}")
-    save_checkpoint(model, tokenizer, cfg.out_dir, info)
+    save_sft(model, tokenizer, cfg.out_dir, info)
     if not heldout:
         return
 

@@ -1,7 +1,7 @@
 """
 Verifiable rewards and the data behind them: math answers checked by math-verify (training and
 evaluation share is_correct), the DeepScaleR loader with the paper's filter; chat prompts per model family
-(Sec. 5.3, App. L, Table 9). GPQA's and IFEval's scoring live in ood.py.
+(Sec. 5.3, App. L, Table 9); GPQA's boxed letter (gpqa_letter). IFEval's checkers live in fgrpo_utils/ood.py.
 
     python -c "import reward; print(reward.is_correct('so \\\\boxed{\\\\dfrac34}', '0.75'))"   # True
     python -m pytest -q tests/test_reward.py
@@ -53,7 +53,8 @@ import threading
 from collections import defaultdict
 from pathlib import Path
 
-from common import Task
+from fgrpo_utils.cli import check
+from fgrpo_utils.task import Task
 
 TIMEOUT_S = 5                # math-verify's SIGALRM limit (its default), per parse and per comparison
 MAX_ANSWER_CHARS = 1000      # a longer boxed answer is unparseable without trying (no gold is this long)
@@ -130,7 +131,7 @@ def verifier_input(completion):
 
 def extract_answer(completion):
     """The final answer's own text, or None: the last box's content; with no box, what follows the
-    last "answer is" / "Answer:" on its line. ood.gpqa_letter reads its letter from the start of it.
+    last "answer is" / "Answer:" on its line. gpqa_letter reads its letter from the start of it.
     Math is not judged on this text but on verifier_input, where math-verify finds the answer.
 
     >>> extract_answer("first \\\\boxed{1}, then \\\\boxed{\\\\frac{1}{2}}")
@@ -141,6 +142,15 @@ def extract_answer(completion):
     if box is not None:
         return box or None
     return phrase_answer(text[-ANSWER_TAIL_CHARS:])
+
+
+def gpqa_letter(completion):
+    """'A'-'D' from the final answer: \\boxed{C}, \\boxed{(C)}, \\boxed{\\text{C}}, \\boxed{C) 4.2 eV}."""
+    ans = extract_answer(completion)
+    if ans is None:
+        return None
+    m = re.fullmatch(r"(?:\\text(?:bf)?\{|\\mathrm\{|\{|\(|\s)*([A-Da-d])(?:\W.*)?", ans, re.S)
+    return m.group(1).upper() if m else None
 
 
 def phrase_answer(text):
@@ -445,9 +455,36 @@ def load_training_problems(source, tokenizer, max_prompt_tokens=1024, family=Non
     return [{"prompt_ids": i, "gold": r["answer"], "problem": r["problem"]} for i, r in zip(ids, kept)]
 
 
-def make_task(tokenizer, source, family, max_prompt_len, max_response_len, seed):
-    """Math as train.py's task (common.Task): the filtered problems of `source` in a fresh
-    permutation per epoch keyed by seed, the math-verify reward, no held-out set during training."""
+def make_task(cfg, tokenizer, model_type):
+    """--task math (train.py's TASKS): math_task of --data with the chat template of the policy's
+    config.model_type, and at least --prompts_per_step problems left after the filter."""
+    task = math_task(tokenizer, cfg.data, model_family(model_type), cfg.max_prompt_len, cfg.max_response_len,
+                     cfg.seed)
+    check(task.num_prompts >= cfg.prompts_per_step, f"--data {cfg.data}: {task.num_prompts} problems "
+          "survive the filter, fewer than --prompts_per_step")
+    return task
+
+
+def check_flags(cfg):
+    """train.py's check of --data, before any work: a local file that exists, parses (file:line of the
+    first bad row) and holds at least --prompts_per_step problems; a hub id needs no file."""
+    if is_hub_data(cfg.data):
+        return
+    check(Path(cfg.data).is_file(), f"--data {cfg.data}: no such file")
+    rows = load_jsonl(cfg.data)
+    check(len(rows) >= cfg.prompts_per_step, f"--data {cfg.data}: {len(rows)} problems, fewer than "
+          f"--prompts_per_step {cfg.prompts_per_step}")
+
+
+def needed_packages(cfg):
+    """What a math run needs beyond requirements.txt, as (package, needed, flag, fix): `datasets`, for
+    DeepScaleR from the hub."""
+    return [("datasets", is_hub_data(cfg.data), f"--data {cfg.data}", DATASETS_MISSING)]
+
+
+def math_task(tokenizer, source, family, max_prompt_len, max_response_len, seed):
+    """Math as a Task (fgrpo_utils.task): the filtered problems of `source` in a fresh permutation per
+    epoch keyed by seed, the math-verify reward, no held-out set during training."""
     from rollout import mix_seed                   # not at the top: scorer workers need no torch
     problems = load_training_problems(source, tokenizer, max_prompt_len, family=family)
     order = []                                     # order[epoch]: that epoch's permutation

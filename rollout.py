@@ -1,5 +1,5 @@
 """
-Rollout engines behind one small interface, the trainer's log-prob forward, and weight sync.
+Rollout engines behind one small interface, and the weight sync from the trainer to them.
 
     python rollout.py                      # two rollouts from a tiny random model
     python bench/rollout_speed.py --model out/maze_sft --prompts 32 --n 8   # speed vs model.generate
@@ -13,21 +13,8 @@ An engine turns prompt token ids into N completions per prompt:
 Rollouts holds, prompt-major (prompt 0's n samples, then prompt 1's, ...), each completion's token
 ids, its engine_logp, and why it stopped.
 
-Log-probs, one name per idea, here and in train.py / evaluate.py / advantage.py:
-    logp         log pi_theta of the sampled tokens under the trainer's current weights, with gradient
-                 in the update: (S, Tc) per completion token, 0 where masked, or a 1-D tensor per completion
-    old_logp     the same under pi_old, the weights that sampled this step's rollouts (before its first
-                 optimizer step); the denominator of the ratio (Eq. 14). On-policy it IS the first logp.
-    engine_logp  what the rollout engine reported for the tokens it sampled (Rollouts.engine_logp);
-                 old_logp up to numerics, which the logp/diff_* metrics watch
-    ref_logp     under the frozen initial model (GRPO-KL's k3, Sec. 5.6)
-    logprobs     a whole distribution over the vocabulary, (B, V): sampling_logprobs
-The trainer's forward: policy_logp(model, pack(...), T, entropy) -> (logp, H), both (S, Tc). It runs
-the decoder, then the vocabulary head in chunks of tokens with a custom autograd Function that
-recomputes each chunk's logits in backward, so the (S, Tc, V) logits (37-148 GiB at the paper's
-scale) never exist; under FSDP2 it runs as a registered forward of the root (register_policy_forward).
-completion_logp does the same in batches without gradient and returns one 1-D tensor per completion.
-completion_logits + token_logp are the direct formula with full logits: the reference in tests.
+Log-probs are named as in fgrpo_utils/logprob.py (logp, old_logp, engine_logp, ref_logp); the
+distribution over the vocabulary that an engine samples from is `logprobs` (sampling_logprobs).
 
 TorchEngine is plain PyTorch + transformers (CPU and GPU): batched, left padding with correct
 position ids, a KV cache bounded by kv_cache_bytes (prompts are batched only as far as their worst
@@ -52,10 +39,9 @@ from pathlib import Path
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
-from transformers import AttentionInterface
-from transformers.integrations.sdpa_attention import sdpa_attention_forward
-from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+from fgrpo_utils.memory_plan import kv_bytes_per_token
+from fgrpo_utils.policy import use_attention
 
 
 @dataclass
@@ -120,35 +106,7 @@ def sample_from_uniform(logprobs, u):
 
 
 # -----------------------------------------------------------------------------
-# Attention for TorchEngine and the trainer, registered with transformers as ATTENTION
-
-ATTENTION = "fgrpo_sdpa"
-
-
-def attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None, decode=None, **kwargs):
-    """A transformers attention function (query (B, H, Tq, D), key/value (B, KV, Tk, D), returns
-    (B, Tq, H, D)). Without `decode`, it is transformers' SDPA, except that on the CPU the KV heads
-    are read in place (enable_gqa) instead of being copied H / KV times (repeat_kv), which cost
-    a quarter of a maze rollout. With `decode` (a GroupKV, passed through the model's forward
-    kwargs by TorchEngine), the cache is ours: see GroupKV."""
-    if decode is not None and decode.t >= 0:
-        return decode.attend(module.layer_idx, query, key, value, scaling), None
-    if decode is not None:                  # the prefill: keep the prompts' keys and values
-        decode.prompt_k[module.layer_idx], decode.prompt_v[module.layer_idx] = key, value
-    if query.device.type != "cpu":          # CUDA's fast kernels need repeat_kv when there is a mask
-        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout, scaling, **kwargs)
-    causal = attention_mask is None and query.shape[2] > 1
-    out = F.scaled_dot_product_attention(query, key, value, attn_mask=attention_mask, dropout_p=dropout,
-                                         scale=scaling, is_causal=causal, enable_gqa=True)
-    return out.transpose(1, 2).contiguous(), None
-
-
-def use_attention(model):
-    """Switch a transformers model to `attention` (the masks it builds stay those of SDPA)."""
-    AttentionInterface.register(ATTENTION, attention)
-    AttentionMaskInterface.register(ATTENTION, sdpa_mask)
-    model.set_attn_implementation(ATTENTION)
-    return model
+# TorchEngine: plain PyTorch, each prompt's KV cache stored once for its n samples
 
 
 class GroupKV:
@@ -213,15 +171,6 @@ class GroupKV:
 
 
 KV_CACHE_BYTES = 16 << 30      # TorchEngine's default KV-cache budget (GroupKV, all layers, K and V)
-
-
-def kv_bytes_per_token(config, dtype):
-    """Bytes of K and V one token costs in the cache of all layers: 2 * layers * kv_heads * head_dim * size."""
-    config = config.get_text_config() if hasattr(config, "get_text_config") else config
-    heads = config.num_attention_heads
-    kv_heads = getattr(config, "num_key_value_heads", None) or heads
-    head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
-    return 2 * config.num_hidden_layers * kv_heads * head_dim * dtype.itemsize
 
 
 class TorchEngine:
@@ -551,277 +500,6 @@ def _process_state_kept():
         torch.set_num_threads = set_num_threads
         random.setstate(py_state)
         np.random.set_state(np_state)
-
-
-# -----------------------------------------------------------------------------
-# The trainer's side: log-probs of given completions, in one padded batch
-
-def pack(prompts, completions, pad_token_id, device="cpu", share_prompts=False):
-    """Lay out prompt + completion pairs for one forward pass. Two layouts:
-
-    share_prompts=False: one row per sequence, every completion starting in the same column,
-        [pad pad p p p | c c c pad]   prompts left-padded to Lp, completions right-padded to Tc.
-        The logits that predict the completions are then one slice, columns Lp-1 .. Lp+Tc-2, so
-        the vocabulary projection runs only there (logits_to_keep), never on prompt tokens.
-    share_prompts=True: consecutive sequences with the same prompt (a GRPO group) share ONE row,
-        [p p p | c1 c1 | c2 c2 c2 | ... pad]   each completion continues the prompt's positions and
-        attends to the prompt and to itself only (a 4-D mask). The prompt is computed once per group
-        instead of N times: ~6x fewer tokens on the maze, whose prompts are long and answers short.
-        The (rows, L, L) mask makes it a poor fit for long completions.
-    Either way, targets and completion_mask are (S, Tc) with one row per sequence, in input order.
-    """
-    S, Tc = len(prompts), max(1, max(len(c) for c in completions))
-    targets = torch.full((S, Tc), pad_token_id, dtype=torch.long)
-    for i, c in enumerate(completions):
-        targets[i, :len(c)] = torch.tensor(c, dtype=torch.long)
-    cmask = torch.arange(Tc)[None, :] < torch.tensor([len(c) for c in completions])[:, None]
-    batch = {"targets": targets, "completion_mask": cmask}
-    if not share_prompts:
-        Lp = max(len(p) for p in prompts)
-        ids = torch.full((S, Lp + Tc), pad_token_id, dtype=torch.long)
-        attn = torch.zeros(S, Lp + Tc, dtype=torch.long)
-        for i, (p, c) in enumerate(zip(prompts, completions)):
-            ids[i, Lp - len(p):Lp + len(c)] = torch.tensor(list(p) + list(c))
-            attn[i, Lp - len(p):Lp + len(c)] = 1
-        batch.update(input_ids=ids, attention_mask=attn, position_ids=(attn.cumsum(-1) - 1).clamp(min=0))
-    else:
-        rows = []                            # per row: prompt, ids, positions, segments (0 = prompt)
-        row_of, src = torch.zeros(S, dtype=torch.long), torch.zeros(S, Tc, dtype=torch.long)
-        for i, (p, c) in enumerate(zip(prompts, completions)):
-            if not rows or rows[-1]["prompt"] != list(p):             # a new group starts a new row
-                rows.append({"prompt": list(p), "ids": list(p), "pos": list(range(len(p))),
-                             "seg": [0] * len(p), "k": 0})
-            r = rows[-1]
-            r["k"] += 1
-            # c[0] is predicted from the prompt's last token, c[t] from c[t-1]'s column
-            src[i, :len(c)] = torch.tensor([len(p) - 1] + list(range(len(r["ids"]), len(r["ids"]) + len(c) - 1)))
-            r["ids"] += c
-            r["pos"] += range(len(p), len(p) + len(c))
-            r["seg"] += [r["k"]] * len(c)
-            row_of[i] = len(rows) - 1
-        L = max(len(r["ids"]) for r in rows)
-        ids = torch.full((len(rows), L), pad_token_id, dtype=torch.long)
-        pos = torch.zeros(len(rows), L, dtype=torch.long)
-        seg = torch.full((len(rows), L), -1)                            # -1 padding, 0 prompt, k c_k
-        for j, r in enumerate(rows):
-            n = len(r["ids"])
-            ids[j, :n], pos[j, :n], seg[j, :n] = (torch.tensor(r[k]) for k in ("ids", "pos", "seg"))
-        col = torch.arange(L)
-        mask = ((col[:, None] >= col[None, :])                          # causal
-                & ((seg[:, :, None] == seg[:, None, :]) | (seg[:, None, :] == 0))   # own segment or prompt
-                & (seg[:, None, :] >= 0) & (seg[:, :, None] >= 0))
-        mask |= torch.eye(L, dtype=torch.bool)                          # padding attends to itself: no NaN
-        batch.update(input_ids=ids, attention_mask=mask[:, None], position_ids=pos, row=row_of, src=src)
-    return {k: v.to(device) for k, v in batch.items()}
-
-
-def completion_logits(model, batch, temperature=1.0):
-    """Logits / T at the positions that predict each completion token. batch from pack(). (S, Tc, V)
-
-    The reference, small-scale path: it holds the whole (S, Tc, V) float tensor, 37-148 GiB at the
-    paper's scale (V = 152,064, 8 x 8k tokens). The trainer uses policy_logp; tests and benches
-    compare it with this. The trainer divides by the same temperature the engine sampled with, or
-    its log-probs would be those of a different distribution (a bug TRL users hit at T != 1).
-    """
-    Tc = batch["targets"].shape[1]
-    kw = dict(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-              position_ids=batch["position_ids"], use_cache=False)
-    if "src" in batch:                                    # shared prompts: gather each sequence's columns
-        logits = model(**kw).logits[batch["row"][:, None], batch["src"]]
-    else:
-        logits = model(**kw, logits_to_keep=Tc + 1).logits[:, :-1]
-    return logits.to(torch.promote_types(logits.dtype, torch.float32)) / temperature   # fp32 (fp64 stays)
-
-
-def token_logp(logits, batch):
-    """logp of each completion token: logits (S, Tc, V) at the positions that predict the tokens
-    batch["targets"] (S, Tc) -> (S, Tc), log softmax(logits)[target], exactly 0 where
-    batch["completion_mask"] is False. Differentiable w.r.t. logits; finite for any finite logits.
-
-    token_logp(completion_logits(...)) is the direct formula, which needs the whole (S, Tc, V) logits:
-    the tests' reference for policy_logp, which gives the same values without ever building them."""
-    logp = logits.log_softmax(-1).gather(-1, batch["targets"][..., None]).squeeze(-1)
-    return logp * batch["completion_mask"]
-
-
-# The head's log-prob without the (tokens, V) logits: chunks of tokens, recomputed in backward
-
-CHUNK_BYTES = 1 << 30      # policy_logp's extra memory for the vocabulary head: ~1 GiB at any batch size
-CHUNK_TEMPS = 2            # (chunk, V) float32 buffers alive at once in _ChunkedHead: z and p (see there)
-
-
-def _chunk_logits(h, weight, bias, temperature, dtype):
-    """z = (h W^T + b) / T for one chunk of tokens, (c, d) -> (c, V) in `dtype` (float32, or float64).
-
-    F.linear, as the model's own head does, then one cast: for bf16 weights its bf16 output is a
-    transient half-size buffer that dies here."""
-    z = F.linear(h, weight, bias).to(dtype)
-    return z.div_(temperature) if temperature != 1.0 else z
-
-
-class _ChunkedHead(torch.autograd.Function):
-    """logp = z[target] - logsumexp(z) and H = logsumexp(z) - sum softmax(z) z, with z = (h W^T + b) / T,
-    for N flattened tokens, `chunk` tokens at a time.
-
-    Saves h, W, b, the targets and per-token lse, H; never the logits. Backward recomputes each
-    chunk's z and applies, with p = softmax(z) and dz the gradient w.r.t. z,
-        dz = g_logp (onehot(target) - p) - g_H p (z - (lse - H))     [d H / dz = -p (z - sum p z)]
-    then d(logits) = dz / T, dh = d(logits) W, dW += d(logits)^T h, db += sum d(logits).
-    Memory per chunk: z and p in float32, (c, V) each, so CHUNK_TEMPS = 2. The bf16 matmul output
-    and the bf16 copy of dz are half-size and never alive together with both (p is freed first).
-    Fixed on top, independent of the number of tokens: dW, (V, d) in the weight's dtype, which is the
-    gradient autograd would hand back anyway. Matmuls run in the input dtype (bf16 on GPU, as the
-    model's own head and its autograd would); addmm_ accumulates each chunk into dW in place.
-    """
-
-    @staticmethod
-    def forward(ctx, h, weight, bias, targets, temperature, entropy, chunk):
-        N, dtype = h.shape[0], torch.promote_types(h.dtype, torch.float32)
-        logp = torch.empty(N, dtype=dtype, device=h.device)
-        lse = torch.empty(N, dtype=dtype, device=h.device)
-        H = torch.empty(N, dtype=dtype, device=h.device) if entropy else None
-        for s in range(0, N, chunk):
-            z = _chunk_logits(h[s:s + chunk], weight, bias, temperature, dtype)         # (c, V)
-            m = z.amax(-1, keepdim=True)                                                # (c, 1)
-            p = (z - m).exp_()                                      # unnormalised softmax, (c, V)
-            total = p.sum(-1)                                                           # (c,)
-            lse[s:s + chunk] = m.squeeze(-1) + total.log()
-            logp[s:s + chunk] = z.gather(-1, targets[s:s + chunk, None]).squeeze(-1) - lse[s:s + chunk]
-            if entropy:                                             # sum p z as a batched dot: no (c, V) temp
-                p.div_(total[:, None])
-                H[s:s + chunk] = lse[s:s + chunk] - (p[:, None, :] @ z[:, :, None]).view(-1)
-            del z, p
-        ctx.save_for_backward(h, weight, bias, targets, lse, H)
-        ctx.temperature, ctx.chunk = temperature, chunk
-        ctx.set_materialize_grads(False)                # an output without gradient arrives as None
-        return logp, H
-
-    @staticmethod
-    def backward(ctx, g_logp, g_H):
-        h, weight, bias, targets, lse, H = ctx.saved_tensors
-        T, chunk, dtype = ctx.temperature, ctx.chunk, lse.dtype
-        need_h, need_w, need_b = ctx.needs_input_grad[:3]
-        dh = torch.zeros_like(h) if need_h else None
-        # dW in the weight's own dtype, as autograd would deliver it: in bf16 an fp32 accumulator
-        # would add 2 GiB at the 7B's (V, h); each chunk's product is exact in fp32 before the add.
-        dw = torch.zeros_like(weight) if need_w else None
-        db = torch.zeros(bias.shape, dtype=dtype, device=bias.device) if need_b else None
-        if g_logp is None and g_H is None:
-            return dh, dw, db, None, None, None, None
-        for s in range(0, h.shape[0], chunk):
-            h_c, t_c, lse_c = h[s:s + chunk], targets[s:s + chunk], lse[s:s + chunk]
-            z = _chunk_logits(h_c, weight, bias, T, dtype)                               # (c, V)
-            p = (z - lse_c[:, None]).exp_()                                              # softmax, (c, V)
-            if g_H is not None:                 # dz = -g_H p (z - (lse - H)), built in z's own memory
-                dz = z.sub_((lse_c - H[s:s + chunk])[:, None]).mul_(p).mul_(-g_H[s:s + chunk, None])
-                if g_logp is not None:
-                    dz.addcmul_(p, g_logp[s:s + chunk, None], value=-1)                 # - g_logp p
-            else:
-                del z
-                dz = p.mul_(-g_logp[s:s + chunk, None])
-            del p
-            if g_logp is not None:                                                      # + g_logp onehot
-                rows = torch.arange(len(t_c), device=dz.device)
-                dz[rows, t_c] += g_logp[s:s + chunk].to(dtype)
-            if T != 1.0:
-                dz.div_(T)                                                 # z = logits / T
-            dz = dz.to(h.dtype)
-            if need_h:
-                dh[s:s + chunk] = dz @ weight
-            if need_w:
-                dw.addmm_(dz.T, h_c)
-            if need_b:
-                db.add_(dz.sum(0))
-            del dz
-        return (dh, dw, db.to(bias.dtype) if need_b else None,
-                None, None, None, None)
-
-
-def head_logp(h, weight, bias, targets, temperature=1.0, entropy=False, chunk_bytes=CHUNK_BYTES):
-    """Per-token log-probs of the sampled tokens, and optionally the entropy, from the vocabulary head.
-
-    h: (N, d) hidden states, each predicting one token; weight (V, d) and bias (V,) or None: the head
-    (an nn.Linear's, maybe tied to the embeddings); targets: (N,) token ids. With z = (h W^T + b) / T
-    in float32 (float64 stays float64), returns (logp, H), each (N,): logp[i] = log softmax(z_i)[targets[i]]
-    and H[i] = -sum_v p_v log p_v with p = softmax(z_i) (None unless entropy=True); differentiable
-    w.r.t. h, weight and bias, finite for any finite logits. T must be the sampling temperature, or
-    these are the log-probs of another distribution (a bug TRL users hit at T != 1).
-    The plain form builds the (N, V) logits; the reference computes them in chunks of tokens
-    (_ChunkedHead, which the course's student copy leaves out) so that the float32 (chunk, V) buffers
-    take about chunk_bytes and the (N, V) logits never exist: 37-148 GiB at the paper's scale."""
-    itemsize = torch.promote_types(h.dtype, torch.float32).itemsize
-    chunk = max(1, chunk_bytes // (weight.shape[0] * itemsize * CHUNK_TEMPS))
-    return _ChunkedHead.apply(h, weight, bias, targets, float(temperature), entropy, chunk)
-
-
-POLICY_FORWARD = "fgrpo_policy_forward"     # the method register_policy_forward adds to FSDP2 roots
-
-
-def _policy_forward(model, batch, temperature, entropy, chunk_bytes):
-    """policy_logp's body. Under FSDP2 it runs as a registered forward method of the root module, which
-    unshards the root's own parameters (embeddings, final norm, head) around it."""
-    Tc, mask = batch["targets"].shape[1], batch["completion_mask"]
-    hidden = model.get_decoder()(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                                 position_ids=batch["position_ids"], use_cache=False).last_hidden_state
-    if "src" in batch:                                  # shared prompts: each sequence's columns
-        hidden = hidden[batch["row"][:, None], batch["src"]]                       # (S, Tc, d)
-    else:                                               # columns Lp-1 .. Lp+Tc-2, as completion_logits
-        hidden = hidden[:, -(Tc + 1):-1]                                           # (S, Tc, d)
-    # only the real completion tokens go through the head: padding costs nothing
-    head = model.get_output_embeddings()
-    logp, H = head_logp(hidden[mask], head.weight, head.bias, batch["targets"][mask],
-                        temperature, entropy, chunk_bytes)                         # (N,)
-    out_logp = logp.new_zeros(mask.shape).masked_scatter(mask, logp)               # (S, Tc)
-    out_H = None if H is None else H.new_zeros(mask.shape).masked_scatter(mask, H)
-    return out_logp, out_H
-
-
-def register_policy_forward(model):
-    """Let policy_logp run inside the FSDP2 root's forward. Call right after fully_shard(model).
-
-    fully_shard unshards a module's parameters only around its forward(); policy_logp calls the
-    decoder and the head itself, so it is registered as a second forward method
-    (torch.distributed.fsdp.register_fsdp_forward_method). A no-op on a model that is not sharded.
-    policy_logp calls it on first use too, so forgetting it costs nothing."""
-    from torch.distributed.fsdp import FSDPModule, register_fsdp_forward_method
-    if isinstance(model, FSDPModule) and POLICY_FORWARD not in model.__dict__:
-        model.__dict__[POLICY_FORWARD] = _policy_forward.__get__(model)     # a bound method
-        register_fsdp_forward_method(model, POLICY_FORWARD)
-    return model
-
-
-def policy_logp(model, batch, temperature=1.0, entropy=False, chunk_bytes=CHUNK_BYTES):
-    """The trainer's log-probs and entropy of the completion tokens, in bounded memory. batch from pack().
-
-    Returns (logp, H), each (S, Tc) float32 (float64 for a float64 model), 0 where completion_mask
-    is False; H (the entropy of softmax(logits / T), as advantage.entropy_from_logits) is None unless
-    entropy=True. The same values and gradients as token_logp(completion_logits(...)), but the
-    (S, Tc, V) logits never exist: the decoder's last hidden states at the predicting positions go
-    through the head in chunks of tokens (_ChunkedHead), ~chunk_bytes extra at any batch size.
-    Works on a plain model and on an FSDP2-sharded one (register_policy_forward).
-    """
-    from torch.distributed.fsdp import FSDPModule
-    if isinstance(model, FSDPModule):
-        return getattr(register_policy_forward(model), POLICY_FORWARD)(batch, temperature, entropy, chunk_bytes)
-    return _policy_forward(model, batch, temperature, entropy, chunk_bytes)
-
-
-@torch.no_grad()
-def completion_logp(model, prompts, completions, pad_token_id, temperature=1.0, batch_size=32,
-                    share_prompts=False):
-    """Per-token log-probs of fixed completions under `model`, no gradient: a list of 1-D tensors.
-
-    train.py's old log-probs (pi_old, before a step's first update) and evaluate.py's Delta NLL_rare.
-    Through policy_logp, so bounded in memory like the update.
-    """
-    device = next(model.parameters()).device
-    result = []
-    for s in range(0, len(prompts), batch_size):
-        batch = pack(prompts[s:s + batch_size], completions[s:s + batch_size], pad_token_id, device,
-                     share_prompts=share_prompts)
-        logp = policy_logp(model, batch, temperature)[0].cpu()
-        result += [logp[i, :len(c)] for i, c in enumerate(completions[s:s + batch_size])]
-    return result
 
 
 # -----------------------------------------------------------------------------

@@ -52,8 +52,8 @@ import numpy as np
 import torch
 
 from advantage import focal_weight, group_advantages, success_rate, tail_miss_argmax, tail_miss_probability
-from common import (atomic_write_json, atomic_write_text, check, check_choices, check_out_dir, code_hashes, check_positive, mark_out_dir, parse_config,
-                    refuse, remove_temp)
+from fgrpo_utils.cli import check, check_choices, check_positive, parse_config, refuse
+from fgrpo_utils.outputs import (atomic_write_json, atomic_write_text, check_out_dir, code_hashes, mark_out_dir, remove_temp)
 
 
 OUTPUTS = ("results.json", "fig2.png", "fig3.png", "fig5.png", "sensitivity.json", "sensitivity.md",

@@ -21,7 +21,7 @@ import random
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
-from common import Task
+from fgrpo_utils.task import Task
 from rollout import mix_seed
 
 VOCAB = ["<pad>", "<bos>", "<eos>", "<unk>", "=", *"0123456789"]      # a token's id is its position

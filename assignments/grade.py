@@ -46,8 +46,9 @@ ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(ROOT))
 import harness  # noqa: E402
-from common import check, check_out_file, file_sha256, refuse, write_json_out  # noqa: E402
-from problems import GRADED_FILES, PROBLEMS, RELEASE  # noqa: E402
+from fgrpo_utils.cli import check, refuse  # noqa: E402
+from fgrpo_utils.outputs import check_out_file, file_sha256, write_json_out  # noqa: E402
+from problems import GRADED_FILES, PROBLEMS, RELEASE, file_of  # noqa: E402
 
 
 # -----------------------------------------------------------------------------
@@ -148,7 +149,7 @@ def compare(want, got, what, atol, rtol, zero_rows=(), loose=False):
 def judge(c, want, got, results, i):
     """None if the student's result `got` of check c passes, else why not. results: the student's
     results of the same problem, i: c's index there (a property check compares with another)."""
-    what = c["name"] or c["call"].split(".")[1]
+    what = c["name"] or c["call"].rsplit(".", 1)[1]
     atol, rtol = c.get("atol", 1e-7), c.get("rtol", 1e-6)
     if not isinstance(got, dict):
         return f"{what}: no result"
@@ -360,7 +361,7 @@ def grade_problems(src, args):
         verdicts = [judge(c, want[pid][i], mine[i], mine, i) if i < len(mine) else why.get(pid, "no result")
                     for i, c in enumerate(checks[pid])]
         messages = [m for m in verdicts if m]
-        files = {f.split(".")[0] + ".py" for f in functions}
+        files = {file_of(f) for f in functions}
         messages += [f"{f}: {left[f]} in {src}, so the release's stub was graded" for f in sorted(files & set(left))]
         passed = verdicts.count(None)
         rows.append((pid, points if passed == len(verdicts) else 0, points, about, passed, len(verdicts), messages))
@@ -394,7 +395,7 @@ def differs(got, want):
 
 
 def ran_the_hand_in(root, info, what):
-    """The graded files a run imported (its "code": {file: sha256}, common.code_hashes) are those in
+    """The graded files a run imported (its "code": {file: sha256}, outputs.code_hashes) are those in
     root, the hand-in, byte for byte: the run's numbers are then those of the code being graded."""
     code = info.get("code") if isinstance(info, dict) else None
     ran = [f for f in GRADED_FILES if isinstance(code, dict) and f in code]

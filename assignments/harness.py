@@ -140,7 +140,7 @@ class Linear:
 
 
 def torch_head_logp(h, weight, bias, targets, temperature=1.0, entropy=False, chunk_bytes=0):
-    """rollout.head_logp from torch's own cross-entropy and Categorical: what Problem 15's checks
+    """logprob.head_logp from torch's own cross-entropy and Categorical: what Problem 15's checks
     run in place of the student's Problem 13."""
     z = F.linear(h, weight, bias).to(torch.promote_types(h.dtype, torch.float32)) / temperature
     H = torch.distributions.Categorical(logits=z).entropy() if entropy else None
@@ -233,7 +233,7 @@ def run_check(modules, check, record=False):
     index path into the output, "memo" / "linear": {name: calls}, "spy": {name: W}}. With record=True
     (the reference, in grade.py) the stand-ins of "memo" / "linear" record the calls instead, and the
     tables are returned. Returns (result, tables)."""
-    mod_name, fn_name = check["call"].split(".")
+    mod_name, fn_name = check["call"].rsplit(".", 1)
     mod = modules[mod_name]
     args, kwargs = dec(check.get("args", [])), dec(check.get("kwargs", {}))
     fn = getattr(mod, fn_name)
@@ -246,7 +246,7 @@ def run_check(modules, check, record=False):
             kwargs[k] = kwargs[k].clone().requires_grad_(True)
     before = [t.detach().clone() for t in tensors([args, kwargs])]
 
-    def where(name):          # "token_mean": the module under test's; "rollout.head_logp": that module's
+    def where(name):          # "token_mean": the module under test's; "fgrpo_utils.logprob.head_logp": that module's
         m, _, attr = name.rpartition(".")
         return (modules[m] if m else mod), attr
 
@@ -311,24 +311,24 @@ def run_check(modules, check, record=False):
 def graded_modules():
     """The modules that hold graded functions (problems.GRADED), imported: {name: module}."""
     from problems import GRADED
-    return {m: importlib.import_module(m) for m in sorted({f.split(".")[0] for f in GRADED})}
+    return {m: importlib.import_module(m) for m in sorted({f.rsplit(".", 1)[0] for f in GRADED})}
 
 
 def main(checks_file, results):
     results = Path(results)
     checks = torch.load(checks_file, weights_only=True)
     modules, failed = {}, {}
-    for name in sorted({c["call"].split(".")[0] for cs in checks.values() for c in cs}):
+    for name in sorted({c["call"].rsplit(".", 1)[0] for cs in checks.values() for c in cs}):
         try:
             modules[name] = importlib.import_module(name)
         except Exception as e:  # noqa: BLE001: a syntax error or a raise at import costs its problems only
-            failed[name] = f"importing {name}.py failed: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300]
+            failed[name] = f"importing {name.replace('.', '/')}.py failed: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300]
     (results / "imported").write_text("ok\n")
     for pid, cs in checks.items():
         out = []
         for c in cs:
             torch.manual_seed(0)
-            mod = c["call"].split(".")[0]
+            mod = c["call"].rsplit(".", 1)[0]
             out.append({"error": failed[mod]} if mod in failed else run_check(modules, c)[0])
         torch.save(out, results / f".{pid}.tmp")
         (results / f".{pid}.tmp").rename(results / f"{pid}.pt")

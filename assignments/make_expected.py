@@ -282,8 +282,8 @@ def logprobs(g):
     lengths = [T, int(torch.randint(1, T, (1,), generator=g)), 0]     # padding, and a row with no tokens
     batch = {"targets": targets, "completion_mask": lengths_mask(lengths, T).bool()}
     exact, f32 = dict(atol=1e-9, rtol=1e-9), dict(atol=1e-5, rtol=1e-5)     # float32: any stable order passes
-    out = [check("logprobs", "rollout.token_logp", [logits, batch], name="float64", grad=["logits"], **exact),
-           check("logprobs", "rollout.token_logp", [logits.float(), batch], name="float32", grad=["logits"], **f32),
+    out = [check("logprobs", "fgrpo_utils.logprob.token_logp", [logits, batch], name="float64", grad=["logits"], **exact),
+           check("logprobs", "fgrpo_utils.logprob.token_logp", [logits.float(), batch], name="float32", grad=["logits"], **f32),
            check("logprobs", "advantage.entropy_from_logits", [logits], name="float64", grad=["logits"], **exact),
            check("logprobs", "advantage.entropy_from_logits", [logits[1].float()], name="float32", grad=["logits"], **f32),
            check("logprobs", "advantage.entropy_from_logits", [logits[2, 0].bfloat16()], name="bfloat16 -> float32", **f32)]
@@ -295,10 +295,10 @@ def logprobs(g):
     T_ = 0.5 + float(torch.rand((), generator=g))              # the sampling temperature, != 1
     for bias, grads in ((b, ["h", "weight", "bias"]), (None, ["h", "weight"])):
         for i in (0, 1):                                       # d logp and d H (every input's gradient)
-            out.append(check("logprobs", "rollout.head_logp", [h, W, bias, t, T_, True], {},
+            out.append(check("logprobs", "fgrpo_utils.logprob.head_logp", [h, W, bias, t, T_, True], {},
                              f"head, T {T_:.3f}, bias {bias is not None}, grad of {('logp', 'H')[i]}",
                              grad=grads, grad_of=[i], **exact))
-    out.append(check("logprobs", "rollout.head_logp", [h.float(), W.float(), None, t], {}, "T = 1, no entropy",
+    out.append(check("logprobs", "fgrpo_utils.logprob.head_logp", [h.float(), W.float(), None, t], {}, "T = 1, no entropy",
                      grad=["h"], grad_of=[0], **f32))
     return out
 
@@ -364,7 +364,7 @@ def update(g):
              ("seq-mean-token-mean, no skipping", {"loss_agg": "seq-mean-token-mean", "skip_dead_groups": False}, None, 1),
              ("cispo + entropy bonus", {"loss": "cispo", "entropy_coef": 0.05}, None, 1),  # every token forwarded
              ("Dr. GRPO, one micro-batch", {"loss_agg": "seq-mean-token-sum-norm", "micro_batch_size": 64}, old, 1)]
-    deps = {"affine": {"policy_loss": [], "aggregate": [], "token_mean": []}, "patch": {"rollout.head_logp": "torch_head_logp"},
+    deps = {"affine": {"policy_loss": [], "aggregate": [], "token_mean": []}, "patch": {"fgrpo_utils.logprob.head_logp": "torch_head_logp"},
             "dist": True, "param_grads": "model"}
     return [check("update", "train.update_minibatch", [model, None, prompts, completions, A, o],
                   {"on_policy": o is None, "cfg": {"namespace": {**base, **kw}}, "pad_id": 0, "device": "cpu",

@@ -30,7 +30,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from problems import ANSWERS, GRADED, GRADED_FILES, PROBLEMS, RELEASE, REMOVED, WITHHELD  # noqa: E402
+from problems import ANSWERS, GRADED, GRADED_FILES, PROBLEMS, RELEASE, REMOVED, WITHHELD, file_of  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -82,7 +82,7 @@ def remove_definition(text, name):
 
 def graded_in(rel):
     """The graded functions defined in file rel ("advantage.py"), with their problem ids."""
-    return [(pid, f.split(".")[1]) for pid, _, fns, _ in PROBLEMS for f in fns if f.split(".")[0] + ".py" == rel]
+    return [(pid, f.rsplit(".", 1)[1]) for pid, _, fns, _ in PROBLEMS for f in fns if file_of(f) == rel]
 
 
 def replace_function(text, name, new_def):
@@ -210,7 +210,7 @@ def verify(dst, written, commit, root=ROOT):
         names = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
         assert not names & set(REMOVED.get(rel, [])), f"{rel} still defines {sorted(names & set(REMOVED[rel]))}"
         secret |= solution_lines(git(root, "show", f"{commit}:{rel}").decode(), rel)
-    modules = ", ".join(rel.removesuffix(".py") for rel in GRADED_FILES)
+    modules = ", ".join(rel.removesuffix(".py").replace("/", ".") for rel in GRADED_FILES)
     r = subprocess.run([sys.executable, "-c", f"import {modules}"], cwd=dst, capture_output=True, text=True,
                        env={**os.environ, "PYTHONPATH": str(dst), "PYTHONDONTWRITEBYTECODE": "1"})
     assert r.returncode == 0, f"`import {modules}` fails in the copy: {r.stderr.strip().splitlines()[-1:]}"

@@ -21,18 +21,26 @@ PROBLEMS = [
     ("kl_k3", 1, ["advantage.kl_k3"], "k3 estimate of KL to the reference (GRPO-KL, Sec. 5.6)"),
     ("tail_miss", 1, ["advantage.tail_miss_probability"], "tail-miss probability, Lemma 3.1"),
     ("pass_at_k", 2, ["advantage.pass_at_k", "advantage.pass_at_k_table"], "unbiased pass@k, Eq. 27"),
-    ("logprobs", 2, ["advantage.entropy_from_logits", "rollout.token_logp", "rollout.head_logp"],
+    ("logprobs", 2, ["advantage.entropy_from_logits", "fgrpo_utils.logprob.token_logp",
+                                 "fgrpo_utils.logprob.head_logp"],
      "log-probs of the sampled tokens and the entropy, from logits and from the head (Eq. 14's pi_theta)"),
     ("maze_reward", 1, ["maze.maze_reward"], "the maze's strict reward (Sec. 5.2) and MaxRL's walk rule"),
     ("update", 3, ["train.update_minibatch"], "one mini-batch's gradient over micro-batches, global counts (App. B)"),
 ]
 
 GRADED = [f for _, _, fns, _ in PROBLEMS for f in fns]                    # "module.function"
-GRADED_FILES = sorted({f.split(".")[0] + ".py" for f in GRADED})          # what grade.py takes from a hand-in
+
+
+def file_of(function):
+    """The file that defines a graded "module.function": "fgrpo_utils.logprob.head_logp" -> fgrpo_utils/logprob.py."""
+    return function.rsplit(".", 1)[0].replace(".", "/") + ".py"
+
+
+GRADED_FILES = sorted({file_of(f) for f in GRADED})                        # what grade.py takes from a hand-in
 
 # Top-level definitions the student copy leaves out: another implementation of a graded function
 # (the trainer's chunked head; writing one is Problem 13's stretch).
-REMOVED = {"rollout.py": ["_chunk_logits", "_ChunkedHead"]}
+REMOVED = {"fgrpo_utils/logprob.py": ["_chunk_logits", "_ChunkedHead"]}
 
 # Written by make_student_copy.py into the copy: the files it shipped, with a hash of each.
 RELEASE = "release.json"

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from common import check_min, parse_config  # noqa: E402
+from fgrpo_utils.cli import check_min, parse_config  # noqa: E402
 
 
 @dataclass

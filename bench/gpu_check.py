@@ -17,7 +17,7 @@ as JSON.
     stop token: every completion runs to --max_new_tokens, a fixed upper bound on the work.
     Figures: rollout tok/s (completion tokens / rollout time), update tok/s (prompt + completion tokens
     through forward and backward / update time), the step's time split, peak memory beside the memory
-    plan's figure for the same flags (memory.py: does the plan hold?), host-device syncs per decode
+    plan's figure for the same flags (memory_plan.py: does the plan hold?), host-device syncs per decode
     step of TorchEngine (CUDA's sync debug mode counts them), and the update's
     MFU = 6 * params * update tokens / update time / the GPU's dense bf16 peak (--peak_tflops; 0 takes
     it from the GPU's name). Attention FLOPs are not counted, so MFU is a slight underestimate; the
@@ -51,10 +51,11 @@ from transformers import Qwen2Config, Qwen2ForCausalLM
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import maze  # noqa: E402
-import memory  # noqa: E402
+from fgrpo_utils import distributed, memory_plan, policy  # noqa: E402
 import train  # noqa: E402
-from common import (Task, check, check_device, check_min, check_out_file, check_positive, parse_config,  # noqa: E402
-                    write_json_out)
+from fgrpo_utils.cli import check, check_device, check_min, check_positive, parse_config  # noqa: E402
+from fgrpo_utils.outputs import check_out_file, write_json_out  # noqa: E402
+from fgrpo_utils.task import Task  # noqa: E402
 from rollout import mix_seed, sync_weights  # noqa: E402
 
 
@@ -135,7 +136,7 @@ def math_shaped_task(vocab, prompt_len, max_new_tokens, seed):
 def run_part(name, cfg, train_cfg, load, task, pad, device, clock, deadline, config=None):
     """Build with train.build, then one warm-up and up to cfg.steps timed train.rl_step calls, none
     started when the last step's time says it would end past `deadline` (perf_counter) -> figures.
-    With `config` (the model's transformers config) the peak memory is set beside memory.plan's figure
+    With `config` (the model's transformers config) the peak memory is set beside memory_plan.plan's figure
     for the same flags: its peak phase less the CUDA runtime estimate, which the allocator's
     max_memory_allocated does not see."""
     if device.type == "cuda":
@@ -177,7 +178,7 @@ def run_part(name, cfg, train_cfg, load, task, pad, device, clock, deadline, con
     if config is not None:
         device_gib = (torch.cuda.get_device_properties(device).total_memory / 2**30 if device.type == "cuda"
                       else 80.0)
-        p = memory.plan(train_cfg, 1, device_gib, config=config)
+        p = memory_plan.plan(train_cfg, 1, device_gib, config=config)
         runtime = sum(r.rollout for r in p.rows if r.name == "CUDA runtime")
         fig["plan_gib"], fig["plan_phase"] = p.peak - runtime, p.peak_phase
         clock(f"{name}: plan {fig['plan_gib']:.1f} GiB ({p.peak_phase} phase, less {runtime} GiB of CUDA runtime)"
@@ -255,7 +256,7 @@ def main(cfg):
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     transformers.utils.logging.disable_progress_bar()
-    _, _, device = train.init_dist(cfg.device)                 # a process group of one, as plain train.py
+    _, _, device = distributed.init_dist(cfg.device)                 # a process group of one, as plain train.py
     peak, peak_source = peak_tflops(cfg, device)
     gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "CPU"
     clock(f"device {device} ({gpu}), torch {torch.__version__}, transformers {transformers.__version__}, "
@@ -277,7 +278,7 @@ def main(cfg):
         maze_cfg = train.Config(task="maze", model="tiny", maze_size=cfg.maze_size, lr=1e-4,
                                 prompts_per_step=cfg.maze_prompts, mini_batch_prompts=cfg.maze_prompts,
                                 warmup_steps=0, eval_mazes=0, **common)
-        task = maze.make_task(maze.build_tokenizer(), cfg.maze_size, cfg.seed, eval_mazes=0)
+        task = maze.maze_task(maze.build_tokenizer(), cfg.maze_size, cfg.seed, eval_mazes=0)
         mz = run_part("maze", cfg, maze_cfg, random_loader(maze.build_model, device),
                       replace(task, stop_token_ids=[]), maze.PAD, device, clock, t_start + cfg.budget_s)
     for f in (llm, mz):

@@ -18,9 +18,9 @@ hangs or dies leaves the ones before it; a rerun of the whole fits in 15 minutes
 (c) update: train.py's update (FSDP2, bf16 compute, fp32 master, checkpointed layers, the chunked
     head, AdamW) at the 7B's widths with 2 and 4 layers, micro-batches 1 x 9,216, 2 x 8,192 and
     8 x 2,048 tokens: peak memory and time, each linear in the layer count, so extrapolated to 28
-    layers beside memory.plan's figure for the same shape; MFU = 6 x params x tokens / time / peak.
+    layers beside memory_plan.plan's figure for the same shape; MFU = 6 x params x tokens / time / peak.
 (d) engine: TorchEngine rollouts of the 28-layer 7B shape in bf16 with its 16 GiB KV budget:
-    tokens/s and peak memory beside memory.plan's rollout-engine row.
+    tokens/s and peak memory beside memory_plan.plan's rollout-engine row.
 (e) check: bench/gpu_check.py in what is left of --budget_s, if that is 2 minutes or more.
 Everything runs on torch 2.11 / transformers 5.17 as well as the pinned 2.13 / 5.19.
 """
@@ -43,11 +43,13 @@ from transformers import Qwen2Config, Qwen2ForCausalLM
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(1, str(Path(__file__).resolve().parent))             # gpu_check, beside it
-import memory  # noqa: E402
+from fgrpo_utils import distributed, memory_plan, policy  # noqa: E402
 import train  # noqa: E402
-from common import check, check_device, check_min, check_out_file, parse_config, write_json_out  # noqa: E402
-from rollout import (TorchEngine, VLLMEngine, completion_logp, mix_seed, pack, policy_logp,  # noqa: E402
-                     sync_weights, use_attention)
+from fgrpo_utils.cli import check, check_device, check_min, parse_config  # noqa: E402
+from fgrpo_utils.outputs import check_out_file, write_json_out  # noqa: E402
+from fgrpo_utils.logprob import completion_logp, pack, policy_logp  # noqa: E402
+from fgrpo_utils.policy import use_attention  # noqa: E402
+from rollout import TorchEngine, VLLMEngine, mix_seed, sync_weights  # noqa: E402
 
 SCRIPT = "bench/gpu_contact.py"
 PARTS = ("env", "vllm", "update", "engine", "check")
@@ -138,12 +140,12 @@ def host_rss_gib():
 
 
 def plan_for(cfg, device, world_gib, **flags):
-    """memory.plan of train.py's run with `flags`, one rank, at this script's model shape."""
+    """memory_plan.plan of train.py's run with `flags`, one rank, at this script's model shape."""
     layers = flags.pop("layers", None)
     with tempfile.TemporaryDirectory() as unused:
         tc = train.Config(task="math", model="Qwen/Qwen2.5-7B", device=device.type, out_dir=unused, sample_every=0,
                           **flags)
-    return memory.plan(tc, 1, world_gib, config=shape_config(cfg, layers))
+    return memory_plan.plan(tc, 1, world_gib, config=shape_config(cfg, layers))
 
 
 # -----------------------------------------------------------------------------
@@ -229,7 +231,7 @@ def vllm_cycle(cfg, device, record):
         record("kv_tokens_needed", cfg.rows * (cfg.prompt_len + cfg.new_tokens))
         record("device_used_gib_awake", device_used_gib(device))
         t = time.perf_counter()
-        model = train.shard(random_model(shape, device, torch.float32), device)   # the trainer: sharded fp32
+        model = policy.shard(random_model(shape, device, torch.float32), device)   # the trainer: sharded fp32
         record("trainer_build_s", time.perf_counter() - t)
         record("first_sync_s", sync_weights(model, engine))
         prompts = random_prompts(cfg.rows, cfg.prompt_len, shape.vocab_size, cfg.seed)
@@ -295,7 +297,7 @@ def part_update(cfg, device, clock, deadline, peak):
         model = random_model(config, device, torch.float32)
         if device.type == "cuda":                                     # as train.build: --grad_checkpointing auto
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-        model = train.shard(model, device).train()
+        model = policy.shard(model, device).train()
         params = sum(p.numel() for p in model.parameters())
         opt = torch.optim.AdamW(model.parameters(), lr=1e-6)
         for rows, T in shapes:
@@ -385,7 +387,7 @@ def main(cfg):
         torch.set_num_threads(cfg.threads)
     transformers.utils.logging.disable_progress_bar()
     Path(cfg.out_dir).mkdir(parents=True, exist_ok=True)
-    _, _, device = train.init_dist(cfg.device)                # a process group of one, as plain train.py
+    _, _, device = distributed.init_dist(cfg.device)                # a process group of one, as plain train.py
     if cfg.part == "vllm":
         run_vllm_alone(cfg, device)
         if dist.is_initialized():          # engine.close() destroys the groups vLLM joined, the default one too

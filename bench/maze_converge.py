@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from common import check, check_min, parse_config  # noqa: E402
+from fgrpo_utils.cli import check, check_min, parse_config  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 RULE = ("converged at step s: the mean held-out pass@1 over the evaluations in (3s/4, s] is within "

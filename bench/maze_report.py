@@ -43,7 +43,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import evaluate  # noqa: E402
 from maze_converge import stop_step  # noqa: E402
 from advantage import pass_at_k_table  # noqa: E402
-from common import check, check_min, check_out_file, parse_config, png_metadata, write_table_out  # noqa: E402
+from fgrpo_utils.cli import check, check_min, parse_config  # noqa: E402
+from fgrpo_utils.outputs import check_out_file, png_metadata, write_table_out  # noqa: E402
 
 
 SCRIPT = "bench/maze_report.py"      # the mark in its figure and table (common.is_ours)

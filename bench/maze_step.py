@@ -16,11 +16,7 @@ gradient norm to float rounding (printed: the update is the same, only cheaper).
 update, response tokens per second, the update's GFLOP/s (6 x parameters x tokens through the model,
 prompts included; attention's own FLOPs left out) beside a plain fp32 matmul's GFLOP/s measured in
 this process with the same threads, and the ratio this tree / reference. --profile true instead
-profiles one rollout and one update of this tree with torch.profiler, by kind of operation; to
-profile the reference, copy this file into a worktree of it and run it there:
-
-    git worktree add /tmp/ref e7e5125 && cp bench/maze_step.py /tmp/ref/bench/ && \
-        (cd /tmp/ref && python bench/maze_step.py --models $PWD/out/maze_sft --profile true)
+profiles one rollout and one update of this tree with torch.profiler, by kind of operation.
 The machine is shared and noisy: read the ratios of one run, not absolute times across runs.
 """
 import json
@@ -38,7 +34,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 import maze  # noqa: E402
-from common import check, check_min, check_pretrained, parse_config  # noqa: E402
+from fgrpo_utils.cli import check, check_min, check_pretrained, parse_config  # noqa: E402
 
 
 @dataclass
@@ -109,9 +105,10 @@ def profile(cfg):
 
     import rollout
     from advantage import group_advantages, policy_loss
+    from fgrpo_utils import logprob
+    from fgrpo_utils.policy import use_attention
     torch.set_num_threads(cfg.threads)
     tok = maze.build_tokenizer()
-    use_attention = getattr(rollout, "use_attention", lambda m: m)      # a reference tree may predate it
     path = cfg.models.split(",")[0]
     model = use_attention(maze.AutoModelForCausalLM.from_pretrained(path))
     engine = rollout.TorchEngine(maze.build_model().eval(), maze.PAD)
@@ -146,8 +143,8 @@ def profile(cfg):
         seqs = [prompts[i] for i in r.prompt_index]
         n_tok = torch.tensor(float(sum(len(c) for c in r.token_ids)))
         for s in range(0, len(seqs), 64):
-            batch = rollout.pack(seqs[s:s + 64], r.token_ids[s:s + 64], maze.PAD, share_prompts=True)
-            logp = rollout.token_logp(rollout.completion_logits(model, batch), batch)
+            batch = logprob.pack(seqs[s:s + 64], r.token_ids[s:s + 64], maze.PAD, share_prompts=True)
+            logp = logprob.token_logp(logprob.completion_logits(model, batch), batch)
             loss, _ = policy_loss(logp, logp.detach(), A[s:s + 64], batch["completion_mask"], num_tokens=n_tok)
             loss.backward()
 

@@ -22,7 +22,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import reward  # noqa: E402
-from common import check_min, data_dir, parse_config  # noqa: E402
+from fgrpo_utils.cli import check_min, data_dir, parse_config  # noqa: E402
 
 
 @dataclass

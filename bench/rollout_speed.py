@@ -24,7 +24,7 @@ from transformers import AutoModelForCausalLM
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import maze  # noqa: E402
-from common import check_min, check_pretrained, parse_config  # noqa: E402
+from fgrpo_utils.cli import check_min, check_pretrained, parse_config  # noqa: E402
 from rollout import TorchEngine, VLLMEngine, sync_weights  # noqa: E402
 
 

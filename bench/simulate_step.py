@@ -25,7 +25,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import simulate as S  # noqa: E402
-from common import check, check_choices, parse_config  # noqa: E402
+from fgrpo_utils.cli import check, check_choices, parse_config  # noqa: E402
 
 
 @dataclass

@@ -11,7 +11,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from common import data_dir  # noqa: E402
+from fgrpo_utils.cli import data_dir  # noqa: E402
 
 
 @pytest.fixture(scope="session")

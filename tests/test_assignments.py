@@ -263,9 +263,9 @@ POLICY_EDITS = {
 
 # The other graded files: (file, a line of the reference, its wrong replacement, the problems it must lose)
 FILE_EDITS = {
-    "logp_from_log_of_softmax": ("rollout.py", "logp = logits.log_softmax(-1).gather(", "logp = logits.softmax(-1).log().gather(",
+    "logp_from_log_of_softmax": ("fgrpo_utils/logprob.py", "logp = logits.log_softmax(-1).gather(", "logp = logits.softmax(-1).log().gather(",
                                  {"logprobs"}),
-    "logp_not_masked": ("rollout.py", 'return logp * batch["completion_mask"]', "return logp", {"logprobs"}),
+    "logp_not_masked": ("fgrpo_utils/logprob.py", 'return logp * batch["completion_mask"]', "return logp", {"logprobs"}),
     "entropy_in_float32": ("advantage.py", "logits = logits.to(torch.promote_types(logits.dtype, torch.float32))",
                            "logits = logits.float()", {"logprobs"}),
     "update_local_counts": ("train.py", "agg = dict(loss_agg=cfg.loss_agg, num_tokens=n_tok, num_seqs=n_seq,",
@@ -281,7 +281,7 @@ FILE_EDITS = {
                                            {"update"}),
 }
 
-# Whole wrong definitions in rollout.py and maze.py: (file, function, source, the problems it must lose)
+# Whole wrong definitions in fgrpo_utils/logprob.py and maze.py: (file, function, source, the problems it must lose)
 HEAD = "def head_logp(h, weight, bias, targets, temperature=1.0, entropy=False, chunk_bytes=CHUNK_BYTES):\n"
 # maze_reward's reading of a completion, right: the start of the wrong versions that read it so
 READ = """
@@ -299,23 +299,23 @@ def entropy_from_logits(logits):
     p = logits.double().softmax(-1)
     return -(p * p.log()).sum(-1).to(torch.promote_types(logits.dtype, torch.float32))
 """, {"logprobs"}),
-    "head_without_temperature": ("rollout.py", "head_logp", HEAD + """
+    "head_without_temperature": ("fgrpo_utils/logprob.py", "head_logp", HEAD + """
     z = F.linear(h, weight, bias).to(torch.promote_types(h.dtype, torch.float32))
     from advantage import entropy_from_logits
     return z.log_softmax(-1).gather(-1, targets[:, None]).squeeze(-1), entropy_from_logits(z) if entropy else None
 """, {"logprobs"}),
-    "head_temperature_after_log_softmax": ("rollout.py", "head_logp", HEAD + """
+    "head_temperature_after_log_softmax": ("fgrpo_utils/logprob.py", "head_logp", HEAD + """
     z = F.linear(h, weight, bias).to(torch.promote_types(h.dtype, torch.float32))
     from advantage import entropy_from_logits
     lp = z.log_softmax(-1) / temperature
     return lp.gather(-1, targets[:, None]).squeeze(-1), entropy_from_logits(z / temperature) if entropy else None
 """, {"logprobs"}),
-    "head_without_bias": ("rollout.py", "head_logp", HEAD + """
+    "head_without_bias": ("fgrpo_utils/logprob.py", "head_logp", HEAD + """
     z = F.linear(h, weight).to(torch.promote_types(h.dtype, torch.float32)) / temperature
     from advantage import entropy_from_logits
     return z.log_softmax(-1).gather(-1, targets[:, None]).squeeze(-1), entropy_from_logits(z) if entropy else None
 """, {"logprobs"}),
-    "head_entropy_always": ("rollout.py", "head_logp", HEAD + """
+    "head_entropy_always": ("fgrpo_utils/logprob.py", "head_logp", HEAD + """
     z = F.linear(h, weight, bias).to(torch.promote_types(h.dtype, torch.float32)) / temperature
     from advantage import entropy_from_logits
     return z.log_softmax(-1).gather(-1, targets[:, None]).squeeze(-1), entropy_from_logits(z)
@@ -368,16 +368,17 @@ def wrong_texts():
     for name, (rel, old, new, _) in FILE_EDITS.items():
         ref = head_text(rel)
         assert ref.count(old) == 1, f"{name}: {rel} no longer has the line {old!r}"
-        out[name] = (rel.removesuffix(".py"), ref.replace(old, new))
+        out[name] = (rel.removesuffix(".py").replace("/", "."), ref.replace(old, new))
     for name, (rel, fn, src, _) in FILE_WRONG.items():
-        out[name] = (rel.removesuffix(".py"), make_student_copy.replace_function(head_text(rel), fn, src) + walk_text())
+        out[name] = (rel.removesuffix(".py").replace("/", "."), make_student_copy.replace_function(head_text(rel), fn, src)
+                     + walk_text())
     return out
 
 
 LOSES = {**{n: v[2] for n, v in WRONG.items()}, **{n: {"policy_loss"} for n in POLICY_EDITS},
          **{n: v[3] for n, v in FILE_EDITS.items()}, **{n: v[3] for n, v in FILE_WRONG.items()}}
 EDITED = {**{n: "policy_loss" for n in POLICY_EDITS}, **{n: v[1] for n, v in FILE_WRONG.items()},
-          **{n: {"rollout.py": "head_logp", "advantage.py": "entropy_from_logits", "train.py": "update_minibatch"}[v[0]]
+          **{n: {"fgrpo_utils/logprob.py": "head_logp", "advantage.py": "entropy_from_logits", "train.py": "update_minibatch"}[v[0]]
              if "logp_" not in n else "token_logp" for n, v in FILE_EDITS.items()}}
 
 
@@ -429,7 +430,8 @@ def test_each_wrong_version_loses_its_problem_only(graded_checks, name):
 
 def test_the_reference_in_process_loses_nothing(graded_checks):
     assert lost_problems(advantage, graded_checks) == set()
-    plain = module_from(make_student_copy.replace_function(head_text("rollout.py"), "head_logp", PLAIN_HEAD), "rollout")
+    plain = module_from(make_student_copy.replace_function(head_text("fgrpo_utils/logprob.py"), "head_logp", PLAIN_HEAD),
+                        "fgrpo_utils.logprob")
     assert lost_problems(plain, graded_checks, {"logprobs", "update"}) == set()      # the plain head is right
 
 
@@ -663,7 +665,7 @@ def test_fixture_comparison_forgives_rounding_not_changes():
     def scale(t, by):
         dtype = getattr(torch, t["dtype"])
         t["tensor"] = (torch.tensor(t["tensor"], dtype=dtype) * (1 + by)).to(dtype).tolist()
-    f32 = lambda f: f["results"]["logprobs"][1]["out"]["v"]           # rollout.token_logp in float32
+    f32 = lambda f: f["results"]["logprobs"][1]["out"]["v"]           # logprob.token_logp in float32
     f64 = lambda f: f["results"]["logprobs"][0]["out"]["v"]
     assert f32(fixture)["dtype"] == "float32" and f64(fixture)["dtype"] == "float64"
     assert agrees(lambda f: None)

@@ -1,4 +1,4 @@
-"""checkpoint.py in-process, no trainer: the lock on out_dir and which step folders are ours.
+"""run_folder.py in-process, no trainer: the lock on out_dir and which step folders are ours.
 
     python -m pytest -q tests/test_checkpoint.py      # CPU, seconds
 """
@@ -12,16 +12,16 @@ import pytest
 import torch
 import torch.distributed.checkpoint as dcp
 
-import checkpoint
-from checkpoint import LOCK, folder_problems, lock_out_dir, superseded_checkpoints
+from fgrpo_utils import run_folder
+from fgrpo_utils.run_folder import LOCK, folder_problems, lock_out_dir, superseded_checkpoints
 
 
 def take_lock(out):
     """lock_out_dir's answer; a lock it took is let go at once (flock is per open file)."""
     problems = lock_out_dir(out)
-    if checkpoint._lock is not None:
-        checkpoint._lock.close()
-        checkpoint._lock = None
+    if run_folder._lock is not None:
+        run_folder._lock.close()
+        run_folder._lock = None
     return problems
 
 
@@ -77,15 +77,15 @@ def test_retention_keeps_a_checkpoint_resume_would_load(tmp_path):
     """With the newest checkpoint damaged inside (its meta.json whole, a CRC off) and --keep_checkpoints 1,
     retention counted it as the one to keep and deleted every good one: the next resume had nothing to
     load. It now counts only what resume would load (CRCs included) and deletes only folders of ours."""
-    checkpoint.LOADABLE.clear()
+    run_folder.LOADABLE.clear()
     root = tmp_path / "ckpt"
     good = [save_step(root, s) for s in (1, 2, 3)]
     damaged = save_step(root, 4, damage=True)
     (good[0] / "notes.txt").write_text("not ours")
     assert superseded_checkpoints(root, 1) == [good[1]]              # step 3 kept; step 1 holds a user's file
-    assert checkpoint.LOADABLE == {str(damaged): False, str(good[2]): True}
+    assert run_folder.LOADABLE == {str(damaged): False, str(good[2]): True}
     assert superseded_checkpoints(root, 2) == []
-    checkpoint.LOADABLE.clear()
+    run_folder.LOADABLE.clear()
 
 
 def test_a_step_folder_holding_a_users_file_is_refused_before_a_save_replaces_it(tmp_path):

@@ -1,4 +1,4 @@
-"""common.py: output folders we may write, atomic folder writes, one-line flag errors, input checks.
+"""fgrpo_utils/cli.py and outputs.py: output folders we may write, atomic folder writes, one-line flag errors, input checks.
 
     python -m pytest -q tests/test_common.py          # CPU, seconds
 """
@@ -8,9 +8,9 @@ from dataclasses import dataclass
 
 import pytest
 
-import common
-from common import (MARKER, atomic_dir, check_out_dir, check_pretrained, check_utf8, mark_out_dir,
-                    parse_config)
+from fgrpo_utils import cli, outputs
+from fgrpo_utils.cli import check_pretrained, check_utf8, parse_config
+from fgrpo_utils.outputs import MARKER, atomic_dir, check_out_dir, mark_out_dir
 
 
 def write_two_files(d):
@@ -122,7 +122,7 @@ class Small:
     steps: int = 1
 
     def __post_init__(self):
-        common.check_min(self, 1, "steps")
+        cli.check_min(self, 1, "steps")
 
 
 @pytest.mark.parametrize("argv", [["--steps", "0"], ["--steps", "abc"], ["--stpes", "2"]])
@@ -138,7 +138,7 @@ def test_parse_config_errors_are_one_line_and_exit_2(argv, capsys):
 def test_atomic_dir_leaves_shareable_files(tmp_path):
     """save_pretrained writes model.safetensors 0600; a folder made to be shared gets 0644 files."""
     import os
-    from common import atomic_dir
+    from fgrpo_utils.outputs import atomic_dir
 
     def write(tmp):
         (tmp / "sub").mkdir()
@@ -153,7 +153,7 @@ def test_atomic_dir_leaves_shareable_files(tmp_path):
 
 def test_atomic_dir_writes_through_a_symlink_and_keeps_it(tmp_path):
     import os
-    from common import atomic_dir
+    from fgrpo_utils.outputs import atomic_dir
     target = tmp_path / "target"
     link = tmp_path / "link"
     link.symlink_to(target, target_is_directory=False)
@@ -165,35 +165,35 @@ def test_atomic_dir_writes_through_a_symlink_and_keeps_it(tmp_path):
 
 
 def test_one_rule_decides_what_is_ours(tmp_path):
-    """common.is_ours answers for every script: a file carries its script's mark (JSON, table, PNG) or
+    """outputs.is_ours answers for every script: a file carries its script's mark (JSON, table, PNG) or
     is listed by its folder's marker; a folder holds our marker and nothing else of anyone's; a
     symlink, a bare "config" object, or another script's mark where one script asks, is not ours."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    common.write_json_out(tmp_path / "r.json", {"config": {}}, "evaluate.py")
-    common.write_table_out(tmp_path / "r.md", "| Run |\n", "evaluate.py")
+    outputs.write_json_out(tmp_path / "r.json", {"config": {}}, "evaluate.py")
+    outputs.write_table_out(tmp_path / "r.md", "| Run |\n", "evaluate.py")
     fig = plt.figure()
-    fig.savefig(tmp_path / "r.png", metadata=common.png_metadata("evaluate.py"))
+    fig.savefig(tmp_path / "r.png", metadata=outputs.png_metadata("evaluate.py"))
     fig.savefig(tmp_path / "plain.png")
     plt.close(fig)
     for name in ("r.json", "r.md", "r.png"):
-        assert common.is_ours(tmp_path / name, "evaluate.py") and common.is_ours(tmp_path / name)
-        assert not common.is_ours(tmp_path / name, "bench/gpu_check.py")
+        assert outputs.is_ours(tmp_path / name, "evaluate.py") and outputs.is_ours(tmp_path / name)
+        assert not outputs.is_ours(tmp_path / name, "bench/gpu_check.py")
     (tmp_path / "cfg.json").write_text('{"config": {}}')
     (tmp_path / "list.json").write_text("[1]")
     (tmp_path / "fake.png").write_text("not a png")
     (tmp_path / "link.json").symlink_to(tmp_path / "r.json")
     for name in ("plain.png", "cfg.json", "list.json", "fake.png", "link.json", "absent.json"):
-        assert not common.is_ours(tmp_path / name), name
+        assert not outputs.is_ours(tmp_path / name), name
     folder = tmp_path / "export"
     mark_out_dir(folder, ["model.safetensors"])
     (folder / "model.safetensors").write_text("x")
-    assert common.is_ours(folder) and common.is_ours(folder / "model.safetensors")
+    assert outputs.is_ours(folder) and outputs.is_ours(folder / "model.safetensors")
     (folder / "notes.txt").write_text("mine")
-    assert not common.is_ours(folder) and not common.is_ours(folder / "notes.txt")
+    assert not outputs.is_ours(folder) and not outputs.is_ours(folder / "notes.txt")
     (tmp_path / "bare").mkdir()
-    assert not common.is_ours(tmp_path / "bare")                          # no marker: someone's folder
+    assert not outputs.is_ours(tmp_path / "bare")                          # no marker: someone's folder
     with pytest.raises(ValueError, match="^--out .*cfg.json: exists and evaluate.py did not write it"):
-        common.check_out_file(tmp_path / "cfg.json", "--out", "evaluate.py")
-    common.check_out_file(tmp_path / "r.json", "--out", "evaluate.py")
+        outputs.check_out_file(tmp_path / "cfg.json", "--out", "evaluate.py")
+    outputs.check_out_file(tmp_path / "r.json", "--out", "evaluate.py")

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import advantage
-import common
+from fgrpo_utils import outputs
 import evaluate
 import reward
 import rollout
@@ -146,7 +146,7 @@ def test_finished_benchmarks_survive_a_later_failure(data, tmp_path, monkeypatch
 
     def crash(completion):
         raise RuntimeError("the GPQA scorer broke")
-    monkeypatch.setattr(evaluate.ood, "gpqa_letter", crash)
+    monkeypatch.setattr(evaluate.reward, "gpqa_letter", crash)
     out = tmp_path / "a.json"
     (tmp_path / ".a.json.tmp.k2x9").write_text("{")                    # what a killed run left
     with pytest.raises(RuntimeError, match="GPQA"):
@@ -196,7 +196,7 @@ def test_maze_benchmark_honours_the_sampling_flags(tmp_path):
     """--top_p, --top_k and --max_new_tokens were recorded in the result but not passed to the engine."""
     import maze
     model_dir = tmp_path / "maze_model"
-    maze.save_checkpoint(maze.build_model(), maze.build_tokenizer(), model_dir, {"config": {"size": 7}})
+    maze.save_sft(maze.build_model(), maze.build_tokenizer(), model_dir, {"config": {"size": 7}})
     cfg = evaluate.Config(model=str(model_dir), benchmarks=("maze",), n=2, max_problems=3, temperature=0.7,
                           top_p=0.9, top_k=5, max_new_tokens=11, out=str(tmp_path / "r.json"))
     engine = RecordingEngine()
@@ -226,7 +226,7 @@ def test_maze_benchmark_reward_rule(tmp_path):
     """--maze_reward picks the rule of c and pass@k (strict by default); both rules are saved."""
     import maze
     model_dir = tmp_path / "maze_model"
-    maze.save_checkpoint(maze.build_model(), maze.build_tokenizer(), model_dir, {"config": {"size": 9}})
+    maze.save_sft(maze.build_model(), maze.build_tokenizer(), model_dir, {"config": {"size": 9}})
     tok, grids = maze.build_tokenizer(), maze.heldout_mazes(9, 4)
     assert evaluate.Config().maze_reward == "strict"
     for rule in ("strict", "walk"):
@@ -247,7 +247,7 @@ def plant_result(path, model, counts, step=None, pending=()):
     bm = {b: {"n": 4, "task": "math", "ids": list(range(len(c))), "c": c, "pass@k": evaluate.pass_at_k_curve(4, c)}
           for b, c in counts.items()}
     checkpoint = None if step is None else {"step": step, "rollouts": step * 256 * 8}
-    common.atomic_write_json(path, {"config": {"model": model}, "checkpoint": checkpoint, "benchmarks": bm,
+    outputs.atomic_write_json(path, {"config": {"model": model}, "checkpoint": checkpoint, "benchmarks": bm,
                                       "pending": list(pending), "averages": evaluate.averages(bm)})
     return str(path)
 
@@ -309,7 +309,7 @@ def test_selection_refuses_results_of_another_evaluation_setting(tmp_path):
     with pytest.raises(ValueError, match="other problems or another n"):
         evaluate.select_checkpoint({a: evaluate.load_result(a), b: evaluate.load_result(b)})
     gpqa = tmp_path / "c.json"
-    common.atomic_write_json(gpqa, {"config": {"model": "c"}, "benchmarks": {"gpqa": {"n": 4, "ids": [0], "c": [1],
+    outputs.atomic_write_json(gpqa, {"config": {"model": "c"}, "benchmarks": {"gpqa": {"n": 4, "ids": [0], "c": [1],
                                                                                        "pass@k": {"1": 0.25}}}})
     with pytest.raises(ValueError, match="no math benchmark"):
         evaluate.select_checkpoint({str(gpqa): evaluate.load_result(gpqa)})
@@ -384,7 +384,7 @@ def test_models_over_the_baselines_compute_are_left_out_before_any_sampling(tmp_
 def test_models_skips_a_damaged_checkpoint_and_evaluates_the_rest(tmp_path):
     import maze
     for name in ("epoch_1", "epoch_2"):
-        maze.save_checkpoint(maze.build_model(), maze.build_tokenizer(), tmp_path / "run" / name, {"config": {"size": 7}})
+        maze.save_sft(maze.build_model(), maze.build_tokenizer(), tmp_path / "run" / name, {"config": {"size": 7}})
     cut = tmp_path / "run" / "epoch_1" / "model.safetensors"
     cut.write_bytes(cut.read_bytes()[:1000])
     evaluate.main(evaluate.Config(models=(str(tmp_path / "run" / "epoch_*"),), benchmarks=("maze",), n=2,
@@ -401,7 +401,7 @@ def test_models_reuses_one_engine_and_scores_as_separate_runs(tmp_path):
         model = maze.build_model()
         with torch.no_grad():
             model.model.embed_tokens.weight.mul_(4.0)                # spread the logits: distinct answers
-        maze.save_checkpoint(model, maze.build_tokenizer(), tmp_path / "run" / name, {"config": {"size": 7}})
+        maze.save_sft(model, maze.build_tokenizer(), tmp_path / "run" / name, {"config": {"size": 7}})
     common = dict(benchmarks=("maze",), n=4, max_problems=6)
     alone = evaluate.main(evaluate.Config(model=str(tmp_path / "run" / "epoch_2"), out=str(tmp_path / "e2.json"), **common))
     evaluate.main(evaluate.Config(models=(str(tmp_path / "run" / "epoch_*"),), out=str(tmp_path / "ev"), **common))

@@ -16,12 +16,13 @@ from pathlib import Path
 
 import pytest
 
-import checkpoint
+from fgrpo_utils import run_folder
 import evaluate
 import maze
 import simulate
 import train
-from common import choices_of, field_comments, mark_out_dir, parse_config
+from fgrpo_utils.cli import choices_of, field_comments, parse_config
+from fgrpo_utils.outputs import mark_out_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -274,12 +275,12 @@ def test_resume_compares_a_flag_added_since_with_what_the_run_did(tmp_path):
     """A checkpoint saved before --maze_reward existed trained on the walk rule: resuming it under
     the strict default would change the experiment silently, so it is refused; --maze_reward walk is not."""
     model = tmp_path / "sft"
-    maze.save_checkpoint(maze.build_model(), maze.build_tokenizer(), model, {"config": {"size": 7}})
+    maze.save_sft(maze.build_model(), maze.build_tokenizer(), model, {"config": {"size": 7}})
     cfg = train.Config(task="maze", model=str(model), out_dir=str(tmp_path / "run"))
     saved = {k: v for k, v in dataclasses.asdict(cfg).items() if k != "maze_reward"}
-    assert checkpoint.resume_conflicts(saved, cfg) == ["--maze_reward strict (was walk)"]
-    assert checkpoint.resume_conflicts(saved, dataclasses.replace(cfg, maze_reward="walk")) == []
-    assert checkpoint.resume_conflicts({**saved, "maze_reward": "strict"}, cfg) == []
+    assert run_folder.resume_conflicts(saved, cfg) == ["--maze_reward strict (was walk)"]
+    assert run_folder.resume_conflicts(saved, dataclasses.replace(cfg, maze_reward="walk")) == []
+    assert run_folder.resume_conflicts({**saved, "maze_reward": "strict"}, cfg) == []
 
 
 @pytest.mark.parametrize("script", ["train", "evaluate", "maze", "bench/gpu_check"])

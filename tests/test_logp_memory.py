@@ -1,4 +1,4 @@
-"""rollout.policy_logp: the trainer's log-probs and entropy without the (tokens, V) logits.
+"""logprob.policy_logp: the trainer's log-probs and entropy without the (tokens, V) logits.
 
     python -m pytest -q tests/test_logp_memory.py
 
@@ -22,8 +22,8 @@ from transformers import Qwen2Config, Qwen2ForCausalLM
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from advantage import entropy_from_logits  # noqa: E402
-from rollout import (CHUNK_TEMPS, _ChunkedHead, completion_logits, completion_logp, head_logp,  # noqa: E402
-                     pack, policy_logp, register_policy_forward, token_logp, use_attention)
+from fgrpo_utils.logprob import (CHUNK_TEMPS, _ChunkedHead, completion_logits, completion_logp, head_logp, pack, policy_logp, register_policy_forward, token_logp)  # noqa: E402
+from fgrpo_utils.policy import use_attention  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 PY = sys.executable

@@ -319,7 +319,7 @@ def test_checkpoint_reloads_identically(tok, tmp_path):
     torch.manual_seed(0)
     model = build_model().eval()
     out = tmp_path / "ckpt"
-    maze.save_checkpoint(model, tok, out, {"note": "test"})
+    maze.save_sft(model, tok, out, {"note": "test"})
     for name in ["config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
                  "generation_config.json", "sft.json"]:
         assert (out / name).is_file(), name
@@ -336,7 +336,7 @@ def test_checkpoint_reloads_identically(tok, tmp_path):
     assert maze_reward(PAPER_GRID, tok2.convert_ids_to_tokens(comp), "strict") == 1.0
     with torch.no_grad():
         assert torch.equal(model(ids).logits, model2(ids).logits)
-    maze.save_checkpoint(model, tok, out, {"note": "again"})             # our own checkpoint: replaced
+    maze.save_sft(model, tok, out, {"note": "again"})             # our own checkpoint: replaced
     assert json.loads((out / "sft.json").read_text()) == {"note": "again"}
 
 
@@ -425,7 +425,7 @@ def test_never_ending_cannot_pay(tok):
     res = evaluate_mazes(RamblingEngine(grids, tok), tok, grids, n=2, seed=0)
     assert res["strict"] == res["walk"] == [0, 0, 0] and res["truncated"] == [2, 2, 2]
     for rule in maze.RULES:
-        task = maze.make_task(tok, 9, seed=0, rule=rule, eval_mazes=3, eval_samples=2)
+        task = maze.maze_task(tok, 9, seed=0, rule=rule, eval_mazes=3, eval_samples=2)
         ids = tok.convert_tokens_to_ids(solve(grids[0]) + ["DONE"])
         assert task.score([grids[0]] * 2, [ids, ids + [maze.EOS]])[0] == [0.0, 1.0]
         counts = task.evaluate(RamblingEngine(grids, tok), 0, 1)
@@ -453,7 +453,7 @@ def test_detour_scores_only_under_walk(tok):
         if detour is None:
             continue
         ids = tok.convert_tokens_to_ids(detour + ["DONE", "<eos>"])
-        scores = {rule: maze.make_task(tok, 9, 0, rule, eval_mazes=0).score([grid], [ids])[0][0]
+        scores = {rule: maze.maze_task(tok, 9, 0, rule, eval_mazes=0).score([grid], [ids])[0][0]
                   for rule in maze.RULES}
         assert scores == {"strict": 0.0, "walk": 1.0}, (seed, detour)
         tried += 1

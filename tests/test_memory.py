@@ -1,4 +1,4 @@
-"""memory.py: parameter counts from a meta build, the paper's runs fit on 8 x 80 GB and bad settings
+"""memory_plan.py: parameter counts from a meta build, the paper's runs fit on 8 x 80 GB and bad settings
 do not, and the plan's formulas against measurements: bytes autograd saves in real decoder layers
 (full width, or narrowed where bf16's slow CPU matmuls would take minutes), and the peak RSS of one real forward + backward + AdamW step in a child process."""
 import json
@@ -12,14 +12,14 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-import memory
+from fgrpo_utils import memory_plan
 from conftest import ROOT
 
 MODELS = "models"
 
 
 def config(data, name, **kw):
-    """A stand-in for train.Config with the fields memory.plan reads; defaults are Table 5's."""
+    """A stand-in for train.Config with the fields memory_plan.plan reads; defaults are Table 5's."""
     base = dict(model=str(data / MODELS / name), device="auto", engine="auto", group_size=8, prompts_per_step=256,
                 mini_batch_prompts=64, micro_batch_size=8, micro_batch_tokens=16384, max_prompt_len=1024,
                 max_response_len=8192, share_prompts=False, grad_checkpointing="auto", kv_cache_gb=16.0,
@@ -35,7 +35,7 @@ def config(data, name, **kw):
                                                    ("qwen3-4b-base", 4.02, True),
                                                    ("llama-3.2-3b-instruct", 3.21, True)])
 def test_param_counts_from_meta_build(data, name, billions, tied):
-    m = memory.model_info(str(data / MODELS / name))
+    m = memory_plan.model_info(str(data / MODELS / name))
     assert m["total"] / 1e9 == pytest.approx(billions, abs=0.01)
     assert m["tied"] is tied
     assert m["root"] + m["layers"] * m["block"] == m["total"]
@@ -51,9 +51,9 @@ PAPER_RUNS = [("qwen2.5-7b", 8192), ("qwen3-4b-base", 4096), ("llama-3.2-3b-inst
 
 @pytest.mark.parametrize("name, response", PAPER_RUNS)
 def test_paper_runs_fit(data, name, response):
-    p = memory.plan(config(data, name, max_response_len=response), 8, 80.0)
-    text = memory.format_plan(p)
-    assert p.fits and memory.verdict(p) is None, text
+    p = memory_plan.plan(config(data, name, max_response_len=response), 8, 80.0)
+    text = memory_plan.format_plan(p)
+    assert p.fits and memory_plan.verdict(p) is None, text
     assert text.splitlines()[-1] == f"per rank: {p.peak:.1f} GiB of 80.0 GiB"
     assert p.engine == "vllm" and p.micro_batch["checkpointing"]
     assert p.peak == max(p.phases.values()) == pytest.approx(sum(getattr(r, p.peak_phase) for r in p.rows))
@@ -63,36 +63,36 @@ def test_micro_batch_shapes(data):
     """The token budget caps r rows at 16384 // r tokens each, and a row over the budget goes alone:
     1 x 9,216 unpadded, then 2 x 8,192 .. 8 x 2,048 padded. The plan takes the largest, 2 x 8,192 with
     its mask (~9.3 GiB at the 7B), not the single 9,216-token row it used to model (4.9 GiB)."""
-    shapes = memory.micro_batch_shapes(config(data, "qwen2.5-7b"))
+    shapes = memory_plan.micro_batch_shapes(config(data, "qwen2.5-7b"))
     assert [(r, t) for r, t, _ in shapes] == [(1, 9216), (2, 8192), (3, 5461), (4, 4096), (5, 3276), (6, 2730),
                                               (7, 2340), (8, 2048)]
-    assert memory.micro_batch_shapes(config(data, "qwen2.5-7b", micro_batch_tokens=0))[-1] == (8, 9216, 1)
-    assert memory.micro_batch_shapes(config(data, "qwen2.5-7b", share_prompts=True, micro_batch_tokens=0)) \
+    assert memory_plan.micro_batch_shapes(config(data, "qwen2.5-7b", micro_batch_tokens=0))[-1] == (8, 9216, 1)
+    assert memory_plan.micro_batch_shapes(config(data, "qwen2.5-7b", share_prompts=True, micro_batch_tokens=0)) \
         == [(1, 1024 + 8 * 8192, 8)]
-    assert memory.micro_batch_shapes(config(data, "qwen2.5-7b"), (59, 34))[0] == (1, 93, 1)   # a task's own rows
-    p = memory.plan(config(data, "qwen2.5-7b"), 8, 80.0)
+    assert memory_plan.micro_batch_shapes(config(data, "qwen2.5-7b"), (59, 34))[0] == (1, 93, 1)   # a task's own rows
+    p = memory_plan.plan(config(data, "qwen2.5-7b"), 8, 80.0)
     assert (p.micro_batch["rows"], p.micro_batch["row_len"]) == (2, 8192)
     act = next(r.update for r in p.rows if r.name == "activations")
-    assert 9.0 < act < 9.7 and 31 < p.phases["update"] < 34, memory.format_plan(p)
+    assert 9.0 < act < 9.7 and 31 < p.phases["update"] < 34, memory_plan.format_plan(p)
 
 
 def test_host_ram_per_rank_and_node(data):
     """Sleep level 1 backs vLLM's bf16 weights (14.2 GiB at the 7B) up to pinned host memory in blocks
     rounded up to powers of two: ~27 GiB a rank, ~214 GiB a node of 8. Level 2 keeps no backup; the
     start-up load is rank 0's one fp32 copy (28.4 GiB), not one per rank."""
-    one = memory.plan(config(data, "qwen2.5-7b", vllm_sleep_level=1), 8, 80.0)
-    two = memory.plan(config(data, "qwen2.5-7b", vllm_sleep_level=2), 8, 80.0)
+    one = memory_plan.plan(config(data, "qwen2.5-7b", vllm_sleep_level=1), 8, 80.0)
+    two = memory_plan.plan(config(data, "qwen2.5-7b", vllm_sleep_level=2), 8, 80.0)
     assert 26 < one.host["per_rank"] < 28 and one.host["node"] == pytest.approx(8 * one.host["per_rank"])
     assert two.host["per_rank"] == 0 and two.host["node"] == two.host["startup"] == pytest.approx(28.4, abs=0.1)
-    assert "no backup at sleep level 2" in memory.format_plan(two) and "pinned backup" in memory.format_plan(one)
+    assert "no backup at sleep level 2" in memory_plan.format_plan(two) and "pinned backup" in memory_plan.format_plan(one)
 
 
 def test_kv_capacity_against_the_steps_worst_case(data):
     """vLLM's share (40 GiB) less its weights and overhead holds ~446k tokens of the 7B's KV cache
     (56 KiB a token); a rank's 256 rows of 9,216 tokens need 2.36M at worst: ~48 rows at once."""
-    p = memory.plan(config(data, "qwen2.5-7b"), 8, 80.0)
+    p = memory_plan.plan(config(data, "qwen2.5-7b"), 8, 80.0)
     assert p.kv["worst_tokens"] == 256 * 9216 and 4.3e5 < p.kv["tokens"] < 4.6e5 and p.kv["rows_at_once"] == 48
-    assert "at worst 48 rows at once" in memory.format_plan(p)
+    assert "at worst 48 rows at once" in memory_plan.format_plan(p)
 
 
 BAD_CONFIGS = {"not json": "{not json", "empty": "", "an empty object": "{}", "a list": "[1, 2]",
@@ -116,7 +116,7 @@ def test_a_bad_config_json_is_one_line_not_a_traceback(data, tmp_path, case, cap
     (tmp_path / "config.json").write_text(text)
     t0 = time.perf_counter()
     with pytest.raises(ValueError, match=r"config\.json: ") as e:
-        memory.load_config(tmp_path)
+        memory_plan.load_config(tmp_path)
     assert "\n" not in str(e.value) and time.perf_counter() - t0 < 5      # 2M layers took 20 s in transformers
     with pytest.raises(SystemExit) as e:
         train.main(train.Config(plan=True, model=str(tmp_path)))
@@ -140,10 +140,13 @@ def test_tasks_are_planned_with_their_own_rows(data):
     import toy_task
     import train
     model = str(data / MODELS / "qwen2.5-1.5b")
-    assert train.plan_lengths(train.Config(plan=True, model=model)) == (1024, 8192)
-    assert train.plan_lengths(train.Config(plan=True, model=model, task="maze", maze_size=7)) == \
-        (59, maze.max_new_tokens_for(7))
-    Lp, Lr = train.plan_lengths(train.Config(plan=True, model=model, task="reverse"))
+
+    def lengths(**flags):
+        cfg = train.Config(plan=True, model=model, **flags)
+        return memory_plan.plan_lengths(cfg, train.TASKS[cfg.task])
+    assert lengths() == (1024, 8192)
+    assert lengths(task="maze", maze_size=7) == (59, maze.max_new_tokens_for(7))
+    Lp, Lr = lengths(task="reverse")
     task = toy_task.make_task(train.Config(plan=True, model=model, task="reverse"), toy_task.build_tokenizer(), None)
     assert (Lp, Lr) == (len(task.prompt(0)[0]), task.max_new_tokens) and Lp + Lr < 100
 
@@ -153,20 +156,20 @@ def test_tasks_are_planned_with_their_own_rows(data):
     (dict(engine="torch", kv_cache_gb=64.0), "rollout engine (TorchEngine)", "--kv_cache_gb"),
 ])
 def test_bad_settings_do_not_fit(data, kw, part, flag):
-    p = memory.plan(config(data, "qwen2.5-7b", **kw), 8, 80.0)
-    assert not p.fits, memory.format_plan(p)
-    line = memory.verdict(p)
+    p = memory_plan.plan(config(data, "qwen2.5-7b", **kw), 8, 80.0)
+    assert not p.fits, memory_plan.format_plan(p)
+    line = memory_plan.verdict(p)
     assert "\n" not in line and part in line and flag in line
-    assert memory.format_plan(p).splitlines()[-1] == f"per rank: {p.peak:.1f} GiB of 80.0 GiB"
+    assert memory_plan.format_plan(p).splitlines()[-1] == f"per rank: {p.peak:.1f} GiB of 80.0 GiB"
 
 
 def test_plan_scales_with_world_and_reference(data):
     """Sharded state divides by the world size; the reference model adds a sharded fp32 copy."""
-    p8, p4 = (memory.plan(config(data, "qwen2.5-7b"), w) for w in (8, 4))
+    p8, p4 = (memory_plan.plan(config(data, "qwen2.5-7b"), w) for w in (8, 4))
     row = {r.name: r for r in p8.rows}, {r.name: r for r in p4.rows}
     assert row[1]["AdamW moments (2 x fp32, sharded)"].update == pytest.approx(
         2 * row[0]["AdamW moments (2 x fp32, sharded)"].update)
-    kl = memory.plan(config(data, "qwen2.5-7b", kl_coef=0.001), 8)
+    kl = memory_plan.plan(config(data, "qwen2.5-7b", kl_coef=0.001), 8)
     assert kl.phases["rollout"] == pytest.approx(p8.phases["rollout"] + 4 * p8.params["total"] / 8 / 2**30)
     assert p8.disk["checkpoint"] == pytest.approx(12 * p8.params["total"] / 2**30)
     assert p8.disk["exports"] == 10                    # ~10 epochs of DeepScaleR, one export each
@@ -182,7 +185,7 @@ def saved_bytes_per_token(folder, layers, dtype, checkpointing, tokens=128, pad=
     hooks see each layer's saved inputs; the recomputation is not counted. narrow: the hidden and
     intermediate sizes and the head counts divided by the KV head count (one KV head, the same
     head_dim and query heads per KV head), for bf16, whose CPU matmuls are ~50x slower than fp32's."""
-    import rollout
+    from fgrpo_utils import policy
     from transformers import AutoConfig, AutoModelForCausalLM
     c = AutoConfig.from_pretrained(folder)
     c.num_hidden_layers, c.vocab_size = layers, 256
@@ -191,7 +194,7 @@ def saved_bytes_per_token(folder, layers, dtype, checkpointing, tokens=128, pad=
         c.hidden_size, c.intermediate_size = c.hidden_size // k, c.intermediate_size // k
         c.num_attention_heads, c.num_key_value_heads, c.head_dim = c.num_attention_heads // k, 1, hd
     torch.manual_seed(0)
-    model = rollout.use_attention(AutoModelForCausalLM.from_config(c, dtype=dtype)).train()
+    model = policy.use_attention(AutoModelForCausalLM.from_config(c, dtype=dtype)).train()
     if checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     params = {p.untyped_storage().data_ptr() for p in model.parameters()}
@@ -226,7 +229,7 @@ def test_activation_formula_matches_saved_bytes(data, name, dtype, pad, tokens, 
     7B (bf16 over 8 tokens: the bytes per token do not depend on the count), narrowed otherwise."""
     measured, c = saved_bytes_per_token(data / MODELS / name, 1, dtype, False, tokens, pad, narrow)
     d = torch.empty(0, dtype=dtype).element_size()
-    planned = memory.activation_bytes_per_token(c, d, False, 1, mask_len=tokens if pad else 0)
+    planned = memory_plan.activation_bytes_per_token(c, d, False, 1, mask_len=tokens if pad else 0)
     assert planned == pytest.approx(measured, rel=0.25)
     assert planned == pytest.approx(measured, rel=0.01)      # in fact exact up to the mask's few bytes
 
@@ -239,16 +242,16 @@ def test_activation_formula_with_checkpointing(data):
     kept, c = saved_bytes_per_token(folder, 2, torch.bfloat16, True, narrow=True)
     one_layer, _ = saved_bytes_per_token(folder, 1, torch.bfloat16, False, narrow=True)
     assert kept == pytest.approx(2 * 2 * c.hidden_size, rel=0.01)
-    planned = memory.activation_bytes_per_token(c, 2, True, 2)
+    planned = memory_plan.activation_bytes_per_token(c, 2, True, 2)
     assert planned == pytest.approx(kept + one_layer, rel=0.25)
     # without checkpointing all of both layers: ~18x more per token
-    assert memory.activation_bytes_per_token(c, 2, False, 2) > 10 * 2 * 2 * c.hidden_size
+    assert memory_plan.activation_bytes_per_token(c, 2, False, 2) > 10 * 2 * 2 * c.hidden_size
 
 
 def test_paper_ballpark(data):
     """Qwen2.5-7B in bf16 without checkpointing: ~6 MiB per token over its 28 layers."""
-    c = memory.model_info(str(data / MODELS / "qwen2.5-7b"))["config"]
-    assert 5.8 < memory.activation_bytes_per_token(c, 2, False) / 2**20 < 6.6
+    c = memory_plan.model_info(str(data / MODELS / "qwen2.5-7b"))["config"]
+    assert 5.8 < memory_plan.activation_bytes_per_token(c, 2, False) / 2**20 < 6.6
 
 
 # -----------------------------------------------------------------------------
@@ -258,20 +261,20 @@ CHILD = textwrap.dedent("""
     import json, resource, sys, torch
     torch.set_num_threads(1)
     sys.path.insert(0, {root!r})
-    import rollout
+    from fgrpo_utils import logprob, policy
     from transformers import AutoConfig, AutoModelForCausalLM
     def rss():
         return int(next(l for l in open("/proc/self/status") if l.startswith("VmRSS")).split()[1]) * 1024
     config = AutoConfig.from_pretrained({folder!r})
     base = rss()
     torch.manual_seed(0)
-    model = rollout.use_attention(AutoModelForCausalLM.from_config(config, dtype=torch.float32)).train()
+    model = policy.use_attention(AutoModelForCausalLM.from_config(config, dtype=torch.float32)).train()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-6)
     g = torch.Generator().manual_seed(0)
     prompt = torch.randint(0, config.vocab_size, ({Lp},), generator=g).tolist()
     completion = torch.randint(0, config.vocab_size, ({Lr},), generator=g).tolist()
-    batch = rollout.pack([prompt], [completion], 0)
-    logp, _ = rollout.policy_logp(model, batch, 1.0, entropy=True)
+    batch = logprob.pack([prompt], [completion], 0)
+    logp, _ = logprob.policy_logp(model, batch, 1.0, entropy=True)
     (-logp.sum() / {Lr}).backward()
     opt.step()
     print(json.dumps(dict(peak=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - base)))
@@ -291,7 +294,7 @@ def test_plan_matches_peak_rss_of_one_step(data, tmp_path):
     Lp, Lr = 64, 448
     cfg = config(data, "", model=str(tmp_path), device="cpu", engine="torch", micro_batch_size=1,
                  micro_batch_tokens=0, max_prompt_len=Lp, max_response_len=Lr, grad_checkpointing="false")
-    p = memory.plan(cfg, 1, 24.0)
+    p = memory_plan.plan(cfg, 1, 24.0)
     parts = ("weights", "AdamW", "gradients", "activations", "log-prob")   # a plain model: no units, no engine
     planned = max(sum(getattr(r, phase) for r in p.rows if r.name.startswith(parts)) for phase in ("update", "step"))
     out = subprocess.run([sys.executable, "-c", CHILD.format(root=str(ROOT), folder=str(tmp_path), Lp=Lp, Lr=Lr)],

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-import ood
+from fgrpo_utils import ood
 
 
 def follows(iid, response, **kwargs):

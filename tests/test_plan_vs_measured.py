@@ -1,7 +1,7 @@
-"""memory.plan against one REAL train.rl_step on the CPU, in a child process.
+"""memory_plan.plan against one REAL train.rl_step on the CPU, in a child process.
 
 Qwen2.5-1.5B's config.json at full width (hidden 1536, intermediate 8960, its full 151,936-token tied
-vocabulary) with 2 decoder layers, random init, fp32: train.init_dist("cpu") (a process group of one),
+vocabulary) with 2 decoder layers, random init, fp32: distributed.init_dist("cpu") (a process group of one),
 train.build (FSDP2 on one rank, TorchEngine's unsharded copy, AdamW) and one train.rl_step (rollouts
 to the length cap, on-policy update, weight sync), with a math-shaped task as bench/gpu_check.py's.
 The child's peak RSS above its RSS after the imports, read after each phase in the step's order
@@ -30,7 +30,7 @@ import pytest
 import torch
 from transformers import AutoConfig
 
-import memory
+from fgrpo_utils import distributed, memory_plan
 import rollout
 from conftest import ROOT
 
@@ -45,7 +45,7 @@ CHILD = textwrap.dedent("""
     import torch
     torch.set_num_threads(1)
     import train
-    from common import Task
+    from fgrpo_utils.task import Task
     from rollout import mix_seed
     from transformers import AutoConfig, AutoModelForCausalLM
 
@@ -55,7 +55,7 @@ CHILD = textwrap.dedent("""
     def peak():
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024      # KiB on Linux
 
-    _, _, device = train.init_dist("cpu")
+    _, _, device = distributed.init_dist("cpu")
     config = AutoConfig.from_pretrained(args["model"])
     V, Lp, Lr, N = config.vocab_size, args["Lp"], args["Lr"], args["N"]
     pad = V - 1                                                  # in no prompt
@@ -120,7 +120,7 @@ def run_child(folder, tokenizer, ckpt, kv_cache_gb):
     args = dict(root=str(ROOT), model=str(folder), tokenizer=str(tokenizer), ckpt=ckpt, kv_cache_gb=kv_cache_gb,
                 Lp=LP, Lr=LR, N=N, prompts=PROMPTS)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TRANSFORMERS_VERBOSITY": "error", "HF_HUB_OFFLINE": "1"}
-    env.pop("RANK", None)                     # train.init_dist: a process group of one
+    env.pop("RANK", None)                     # distributed.init_dist: a process group of one
     out = subprocess.run([sys.executable, "-c", CHILD, json.dumps(args)], capture_output=True, text=True,
                          timeout=300, env=env, cwd=str(ROOT))
     assert out.returncode == 0, out.stderr[-3000:]
@@ -129,13 +129,13 @@ def run_child(folder, tokenizer, ckpt, kv_cache_gb):
 
 
 def plan_for(folder, tokenizer, ckpt, kv_cache_gb, config):
-    """memory.plan of the child's train.Config (the fields plan reads, as the child sets them)."""
+    """memory_plan.plan of the child's train.Config (the fields plan reads, as the child sets them)."""
     cfg = SimpleNamespace(model=str(folder), device="cpu", engine="torch", group_size=N, prompts_per_step=PROMPTS,
                           mini_batch_prompts=PROMPTS, micro_batch_size=PROMPTS * N, micro_batch_tokens=0,
                           max_prompt_len=LP, max_response_len=LR, share_prompts=False, grad_checkpointing=ckpt,
                           kv_cache_gb=kv_cache_gb, gpu_memory_utilization=0.5, kl_coef=0.0, keep_checkpoints=2,
                           steps=1, task="math", export_every=0)
-    return memory.plan(cfg, 1, 24.0, config=config)
+    return memory_plan.plan(cfg, 1, 24.0, config=config)
 
 
 @pytest.fixture(scope="module")
@@ -166,7 +166,7 @@ def step(data, model_folder):
     tokenizer = data / "tokenizers" / "qwen2.5"
     p = plan_for(model_folder, tokenizer, "false", kv_gb, config)
     fig = run_child(model_folder, tokenizer, "false", kv_gb)
-    print(f"\n{memory.format_plan(p)}")
+    print(f"\n{memory_plan.format_plan(p)}")
     print(f"measured (peak RSS above {fig['base'] / G:.2f} GiB after the imports), GiB: built "
           f"{fig['built'] / G:.2f} | rollout {fig['rollout'] / G:.2f} | update (fwd/bwd) {fig['update'] / G:.2f} | "
           f"AdamW step {fig['step'] / G:.2f} | sync {fig['sync'] / G:.2f} (monotone: a phase below an earlier "

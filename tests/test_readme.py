@@ -190,9 +190,9 @@ def test_numbered_deviations_agree_everywhere():
 
 def test_the_flags_a_resume_may_change_are_listed_as_the_code_has_them():
     """The README's list of flags a resume may change had lost --skip_dead_groups; it is now read
-    against checkpoint.RESUME_MAY_CHANGE, the one list resume_conflicts uses."""
-    import checkpoint
+    against run_folder.RESUME_MAY_CHANGE, the one list resume_conflicts uses."""
+    from fgrpo_utils import run_folder
     text = (ROOT / "README.md").read_text()
     item = text[text.index("**Resume with other flags.**"):text.index("Any other difference")]
     listed = set(re.findall(r"`--(\w+)`", item))
-    assert listed == set(checkpoint.RESUME_MAY_CHANGE) - {"resume"}, listed ^ set(checkpoint.RESUME_MAY_CHANGE)
+    assert listed == set(run_folder.RESUME_MAY_CHANGE) - {"resume"}, listed ^ set(run_folder.RESUME_MAY_CHANGE)

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-import ood
+from fgrpo_utils import ood
 import reward
 
 # -----------------------------------------------------------------------------
@@ -338,7 +338,7 @@ def test_gpqa_in_memory(data, tmp_path, monkeypatch):
     ("\\boxed{C}", "C"), ("\\boxed{(b)}", "B"), ("\\boxed{\\text{D}}", "D"), ("\\boxed{A) 4.2 eV}", "A"),
     ("The answer is (C).", "C"), ("\\boxed{Cat}", None), ("no answer", None)])
 def test_gpqa_letter(completion, letter):
-    assert ood.gpqa_letter(completion) == letter
+    assert reward.gpqa_letter(completion) == letter
 
 
 IFEVAL_CASES = [   # (instruction id, kwargs, a response that follows, one that does not)

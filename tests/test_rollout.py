@@ -5,9 +5,9 @@ import pytest
 import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
-from rollout import (KV_CACHE_BYTES, TorchEngine, completion_logits, completion_logp, kv_bytes_per_token,
-                     make_buckets, mix_seed, pack, sample_from_uniform, sampling_logprobs, sync_weights,
-                     token_logp)
+from fgrpo_utils.logprob import completion_logits, completion_logp, pack, token_logp
+from fgrpo_utils.memory_plan import kv_bytes_per_token
+from rollout import (KV_CACHE_BYTES, TorchEngine, make_buckets, mix_seed, sample_from_uniform, sampling_logprobs, sync_weights)
 
 V, STOP = 16, 1
 

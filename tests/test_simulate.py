@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 import torch
 
-import common
+from fgrpo_utils import outputs
 import simulate as S
-from common import parse_config
+from fgrpo_utils.cli import parse_config
 
 
 def small_cfg(**kw):
@@ -399,7 +399,7 @@ def test_sensitivity_keeps_each_settings_runs_apart():
 
 def test_plot_only_on_a_broken_results_file_and_huge_group_sizes_are_refused(tmp_path, capsys):
     (tmp_path / "results.json").write_text('{"runs": []}')
-    common.mark_out_dir(tmp_path, ["results.json"])                       # ours, but damaged
+    outputs.mark_out_dir(tmp_path, ["results.json"])                       # ours, but damaged
     (tmp_path / ".fig2.png.tmp.123").write_text("left by a killed run")
     with pytest.raises(SystemExit) as e:
         S.main(parse_config(S.Config, ["--out_dir", str(tmp_path), "--plot_only", "true"]))

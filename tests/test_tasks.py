@@ -14,7 +14,7 @@ import pytest
 
 import toy_task
 import train
-from common import parse_config
+from fgrpo_utils.cli import parse_config
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "TRANSFORMERS_VERBOSITY": "error", "HF_HUB_OFFLINE": "1"}
@@ -63,7 +63,7 @@ def test_an_unknown_task_lists_the_registry(tmp_path, capsys):
 
 def test_the_flag_check_and_the_dispatch_read_the_same_table(tmp_path, monkeypatch):
     """One row added to TASKS is enough: --task accepts it, --model tiny takes its tokenizer (no
-    --tokenizer), and make_task calls its make."""
+    --tokenizer), and its make builds the task."""
     made = []
     entry = train.TaskEntry(lambda cfg, tok, model_type: made.append((cfg.task, tok, model_type)) or "a task",
                             tokenizer=toy_task.build_tokenizer)
@@ -71,7 +71,7 @@ def test_the_flag_check_and_the_dispatch_read_the_same_table(tmp_path, monkeypat
     cfg = parse_config(train.Config, ["--task", "echo", "--model", "tiny", "--out_dir", str(tmp_path / "run")])
     tok = train.load_tokenizer(cfg)
     assert len(tok) == len(toy_task.VOCAB)
-    assert train.make_task(cfg, tok, "qwen2") == "a task" and made == [("echo", tok, "qwen2")]
+    assert train.TASKS[cfg.task].make(cfg, tok, "qwen2") == "a task" and made == [("echo", tok, "qwen2")]
 
 
 @pytest.mark.parametrize("argv,flag", [

@@ -165,7 +165,7 @@ def test_weights_loaded_on_rank_0_alone_give_the_same_update(ws_runs):
 def test_bad_flags_are_refused_in_one_line(capsys):
     """Two as the command line sees them (a launch costs seconds), the rest in-process; every flag of
     every script: tests/test_flags.py."""
-    from common import parse_config
+    from fgrpo_utils.cli import parse_config
     from train import Config
     cases = [(["--gamma", "-1"], "--gamma"), (["--engine", "sglang"], "--engine"), (["--loss", "ppo"], "--loss"),
              (["--prompts_per_step", "100", "--mini_batch_prompts", "64"], "--prompts_per_step"),
@@ -221,7 +221,7 @@ def maze_sft(tmp_path_factory):
         torch.manual_seed(cfg.seed)
         model, tok = maze.Qwen2ForCausalLM(maze.Qwen2Config(**c)), maze.build_tokenizer()
         maze.sft(model, tok, cfg)
-        maze.save_checkpoint(model, tok, out, {"config": asdict(cfg)})
+        maze.save_sft(model, tok, out, {"config": asdict(cfg)})
     finally:
         torch.set_num_threads(threads)
     return out
@@ -330,7 +330,7 @@ def tiny_run(tmp_path_factory):
     import maze
     root = tmp_path_factory.mktemp("tiny")
     torch.manual_seed(0)
-    maze.save_checkpoint(maze.build_model(), maze.build_tokenizer(), root / "policy", {"config": {"size": 7}})
+    maze.save_sft(maze.build_model(), maze.build_tokenizer(), root / "policy", {"config": {"size": 7}})
     flags = train_cmd("--model", str(root / "policy"), *TINY, "--keep_checkpoints", "4")
     r = subprocess.run(flags + ["--steps", "4", "--out_dir", str(root / "run")], cwd=ROOT, env=ENV,
                        capture_output=True, text=True, timeout=900)
@@ -397,8 +397,8 @@ def test_damaged_checkpoints_fall_back_to_the_last_whole_one(tiny_run, tmp_path)
     assert len(warning) == 1 and all(f"step_00000{i}" in warning[0] for i in (2, 3, 4)), r.stderr
     assert "resuming from step_000001" in warning[0] and "resumed from step 1" in r.stdout
     assert_same_metrics(read_metrics(run), read_metrics(whole))
-    import checkpoint
-    assert [checkpoint.checkpoint_meta(p)["step"] for p in checkpoint.step_folders(ckpt)] == [4, 3, 2, 1]
+    from fgrpo_utils import run_folder
+    assert [run_folder.checkpoint_meta(p)["step"] for p in run_folder.step_folders(ckpt)] == [4, 3, 2, 1]
     assert sorted(p.name for p in ckpt.iterdir()) == ["notes.txt"] + [f"step_00000{i}" for i in (1, 2, 3, 4)]
     assert not list(run.glob(".metrics*"))
 

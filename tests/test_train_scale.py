@@ -21,10 +21,10 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
+from transformers import Qwen2Config, Qwen2ForCausalLM
 
-import checkpoint
-import memory
 import train
+from fgrpo_utils import distributed, memory_plan, policy, preflight, run_folder
 from rollout import Rollouts
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -41,7 +41,7 @@ def group(tmp_path):
 
 def tiny_qwen(layers=4, vocab=97, hidden=64, seed=0):
     torch.manual_seed(seed)
-    return train.Qwen2ForCausalLM(train.Qwen2Config(
+    return Qwen2ForCausalLM(Qwen2Config(
         vocab_size=vocab, hidden_size=hidden, intermediate_size=4 * hidden, num_hidden_layers=layers,
         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512, tie_word_embeddings=False))
 
@@ -116,8 +116,8 @@ def test_assign_groups_balances_whole_groups_and_never_makes_it_worse(world):
         groups = rng.choice([1, 2, 4])
         costs = [[rng.choice([0, 0, rng.randint(1, 400)]) if trial % 3 else rng.randint(1, 50) for _ in range(groups)]
                  for _ in range(world)]
-        dest = train.assign_groups(costs, world)
-        assert dest == train.assign_groups([list(c) for c in costs], world)
+        dest = distributed.assign_groups(costs, world)
+        assert dest == distributed.assign_groups([list(c) for c in costs], world)
         assert [len(d) for d in dest] == [len(c) for c in costs] and set(sum(dest, [])) == set(range(world))
         load = [sum(c for q in range(world) for c, d in zip(costs[q], dest[q]) if d == r) for r in range(world)]
         before, mean = max(map(sum, costs)), sum(map(sum, costs)) / world
@@ -127,12 +127,12 @@ def test_assign_groups_balances_whole_groups_and_never_makes_it_worse(world):
         if len(set(map(sum, costs))) == 1:
             assert dest == [[r] * groups for r in range(world)]
     # one rank with every live group: they spread
-    assert train.assign_groups([[0, 0], [0, 0], [5, 5], [5, 5]], 4) != [[0, 0], [1, 1], [2, 2], [3, 3]]
+    assert distributed.assign_groups([[0, 0], [0, 0], [5, 5], [5, 5]], 4) != [[0, 0], [1, 1], [2, 2], [3, 3]]
 
 
 def test_an_empty_pass_adds_nothing(group):
     """update_minibatch with padding passes gives the gradient of the same micro-batches without them."""
-    model = train.shard(tiny_qwen(2).double(), torch.device("cpu"))
+    model = policy.shard(tiny_qwen(2).double(), torch.device("cpu"))
     prompts, completions = lengths_fixture(8, 4)
     A = torch.linspace(-1, 1, 8, dtype=torch.float64)
     cfg = small_cfg(micro_batch_size=3)
@@ -191,8 +191,8 @@ def test_checkpointing_acts_in_the_update(group):
     for n, g in grads["false"].items():                                      # the same update, recomputed
         assert torch.allclose(grads["true"][n], g, atol=1e-6, rtol=1e-5), n
     assert kept["true", False] > 0.9 * kept["false", False], kept         # eval mode: checkpointing idle
-    assert memory.checkpointing_on(SimpleNamespace(grad_checkpointing="auto"), "cuda")
-    assert not memory.checkpointing_on(SimpleNamespace(grad_checkpointing="auto"), "cpu")
+    assert memory_plan.grad_checkpointing_on(SimpleNamespace(grad_checkpointing="auto"), "cuda")
+    assert not memory_plan.grad_checkpointing_on(SimpleNamespace(grad_checkpointing="auto"), "cpu")
 
 
 def small_cfg(**kw):
@@ -247,24 +247,24 @@ def test_retention_keeps_the_newest_whole_checkpoints_and_only_deletes_ours(tmp_
     root = tmp_path / "ckpt"
     for s in (1, 2, 3, 4):
         fake_checkpoint(root, s)
-    assert [p.name for p in checkpoint.superseded_checkpoints(root, 2)] == ["step_000002", "step_000001"]
-    assert checkpoint.superseded_checkpoints(root, 4) == []
+    assert [p.name for p in run_folder.superseded_checkpoints(root, 2)] == ["step_000002", "step_000001"]
+    assert run_folder.superseded_checkpoints(root, 4) == []
     # A damaged newest one (no meta.json: killed between DCP and meta) does not count as kept.
     fake_checkpoint(root, 5, whole=False)
-    assert [p.name for p in checkpoint.superseded_checkpoints(root, 2)] == ["step_000002", "step_000001"]
-    assert [p.name for p in checkpoint.superseded_checkpoints(root, 1)] == ["step_000003", "step_000002", "step_000001"]
+    assert [p.name for p in run_folder.superseded_checkpoints(root, 2)] == ["step_000002", "step_000001"]
+    assert [p.name for p in run_folder.superseded_checkpoints(root, 1)] == ["step_000003", "step_000002", "step_000001"]
     # All damaged: nothing is deleted, whatever K.
     only_bad = tmp_path / "bad"
     for s in (1, 2):
         fake_checkpoint(only_bad, s, whole=False)
-    assert checkpoint.superseded_checkpoints(only_bad, 1) == []
+    assert run_folder.superseded_checkpoints(only_bad, 1) == []
     # Something of the user's inside an old folder, a symlink, a file named like a step: never ours.
     (root / "step_000001" / "notes.txt").write_text("mine")
     mine = tmp_path / "mine"
     mine.mkdir()
     (root / "step_000000").symlink_to(mine, target_is_directory=True)
     (root / "other").mkdir()
-    assert [p.name for p in checkpoint.superseded_checkpoints(root, 2)] == ["step_000002"]
+    assert [p.name for p in run_folder.superseded_checkpoints(root, 2)] == ["step_000002"]
 
 
 @pytest.mark.slow
@@ -294,23 +294,25 @@ def test_a_run_keeps_its_last_checkpoints(tmp_path, data):
 @pytest.mark.parametrize("argv,pattern", [
     ([], r"^error: --engine auto: uses vLLM on CUDA, which is not installed: pip install -r requirements-gpu\.txt"),
     (["--engine", "vllm"], r"^error: --engine vllm: needs vLLM")])
-def test_cuda_runs_sample_with_vllm_and_say_how_to_install_it(argv, pattern, monkeypatch, capsys):
-    cfg = SimpleNamespace(device="auto", engine=argv[1] if argv else "auto", task="maze", data="", wandb=False)
+def test_cuda_runs_sample_with_vllm_and_say_how_to_install_it(argv, pattern, monkeypatch, capsys, tmp_path):
+    cfg = train.Config(device="auto", engine=argv[1] if argv else "auto", task="reverse", model="tiny",
+                       out_dir=str(tmp_path / "run"))
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    find_spec = train.importlib.util.find_spec
-    monkeypatch.setattr(train.importlib.util, "find_spec", lambda name, *a: None if name == "vllm" else find_spec(name, *a))
+    find_spec = preflight.importlib.util.find_spec
+    monkeypatch.setattr(preflight.importlib.util, "find_spec", lambda name, *a: None if name == "vllm" else find_spec(name, *a))
     with pytest.raises(SystemExit) as e:
-        train.check_packages(cfg)
+        preflight.check_environment(cfg, train.TASKS[cfg.task])
     err = capsys.readouterr().err
     assert e.value.code == 2 and len(err.strip().splitlines()) == 1 and re.search(pattern, err), err
-    assert memory.engine_kind(SimpleNamespace(engine="auto"), "cuda") == "vllm"
-    assert memory.engine_kind(SimpleNamespace(engine="auto"), "cpu") == "torch"
+    assert memory_plan.engine_kind(SimpleNamespace(engine="auto"), "cuda") == "vllm"
+    assert memory_plan.engine_kind(SimpleNamespace(engine="auto"), "cpu") == "torch"
 
 
-def test_cuda_on_a_cpu_only_torch_is_refused_in_one_line(capsys, monkeypatch):
+def test_cuda_on_a_cpu_only_torch_is_refused_in_one_line(capsys, monkeypatch, tmp_path):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    cfg = train.Config(device="cuda", engine="torch", task="reverse", model="tiny", out_dir=str(tmp_path / "run"))
     with pytest.raises(SystemExit) as e:
-        train.check_packages(SimpleNamespace(device="cuda", engine="torch", task="maze", data="", wandb=False))
+        preflight.check_environment(cfg, train.TASKS[cfg.task])
     err = capsys.readouterr().err
     assert e.value.code == 2 and err.startswith("error: --device cuda:") and len(err.strip().splitlines()) == 1
 
@@ -321,7 +323,7 @@ def test_vllm_gpu_flags_are_refused_where_they_cannot_act(flag, value, capsys, m
     """--enforce_eager, --vllm_sleep_level and --gpu_memory_utilization act on vLLM on CUDA only: with
     TorchEngine or on the CPU they are refused before any work, not recorded in run.json as if they
     had acted."""
-    monkeypatch.setattr(train, "init_dist", lambda *a: pytest.fail("the run started"))
+    monkeypatch.setattr(train, "init_dist", lambda *a: pytest.fail("the run started"))   # train.main's name
     cfg = train.Config(task="reverse", model="tiny", device="cpu", out_dir=str(tmp_path / "run"), **{flag: value})
     with pytest.raises(SystemExit) as e:
         train.main(cfg)
@@ -329,23 +331,24 @@ def test_vllm_gpu_flags_are_refused_where_they_cannot_act(flag, value, capsys, m
     assert e.value.code == 2 and err.startswith(f"error: --{flag} {value}: acts only on vLLM on CUDA"), err
     assert len(err.strip().splitlines()) == 1 and not (tmp_path / "run").exists()
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)         # --engine auto on CUDA: vLLM
-    flags = {"enforce_eager": False, "vllm_sleep_level": 2, "gpu_memory_utilization": 0.5, "kv_cache_gb": 16.0,
-             flag: value}
-    train.check_engine_flags(SimpleNamespace(device="cuda", engine="auto", **flags))
+    monkeypatch.setattr(preflight.importlib.util, "find_spec", lambda name, *a: True)  # as if vLLM were installed
+    run = dict(task="reverse", model="tiny", out_dir=str(tmp_path / "run"), **{flag: value})
+    preflight.check_environment(train.Config(device="cuda", engine="auto", **run), train.TASKS["reverse"])
     with pytest.raises(SystemExit):
-        train.check_engine_flags(SimpleNamespace(device="cuda", engine="torch", **flags))
+        preflight.check_environment(train.Config(device="cuda", engine="torch", **run), train.TASKS["reverse"])
     with pytest.raises(ValueError, match="--vllm_sleep_level 3: expected 1 or 2"):
         train.Config(task="reverse", model="tiny", device="cpu", out_dir=str(tmp_path / "run"), vllm_sleep_level=3)
 
 
-def test_kv_cache_gb_is_refused_with_vllm(monkeypatch):
+def test_kv_cache_gb_is_refused_with_vllm(monkeypatch, tmp_path):
     """--kv_cache_gb bounds TorchEngine's cache; vLLM sizes its own (--gpu_memory_utilization)."""
-    flags = dict(enforce_eager=False, vllm_sleep_level=2, gpu_memory_utilization=0.5, kv_cache_gb=4.0)
-    train.check_engine_flags(SimpleNamespace(device="cpu", engine="torch", **flags))
+    run = dict(task="reverse", model="tiny", out_dir=str(tmp_path / "run"), kv_cache_gb=4.0)
+    preflight.check_environment(train.Config(device="cpu", engine="torch", **run), train.TASKS["reverse"])
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(preflight.importlib.util, "find_spec", lambda name, *a: True)  # as if vLLM were installed
     for engine in ("vllm", "auto"):
         with pytest.raises(SystemExit):
-            train.check_engine_flags(SimpleNamespace(device="cuda", engine=engine, **flags))
+            preflight.check_environment(train.Config(device="cuda", engine=engine, **run), train.TASKS["reverse"])
 
 
 def test_vllm_sleeps_at_the_level_asked_for():
@@ -374,13 +377,13 @@ def test_auto_under_torchrun_without_cuda_stops_instead_of_running_on_the_cpu(ca
     monkeypatch.setenv("LOCAL_RANK", "0")
     monkeypatch.setenv("WORLD_SIZE", "8")
     with pytest.raises(SystemExit) as e:
-        train.init_dist("auto")
+        distributed.init_dist("auto")
     err = capsys.readouterr().err
     assert e.value.code == 2 and len(err.strip().splitlines()) == 1, err
     assert "WORLD_SIZE 8" in err and "is_available() False" in err and "--device cpu" in err, err
     monkeypatch.setenv("WORLD_SIZE", "1")
-    assert train.auto_device() == "cpu"
-    assert train.device_type(SimpleNamespace(device="auto")) == "cpu"
+    assert distributed.auto_device() == "cpu"
+    assert distributed.device_type(SimpleNamespace(device="auto")) == "cpu"
 
 
 # -----------------------------------------------------------------------------
@@ -491,7 +494,7 @@ def test_training_data_is_checked_with_the_flags(tmp_path, capsys, text, message
     """Bad --data stops the run before any model is built: exit 2, one line, file:line."""
     data = tmp_path / "d.jsonl"
     data.write_text(text)
-    from common import parse_config
+    from fgrpo_utils.cli import parse_config
     (tmp_path / "tok").mkdir()
     (tmp_path / "tok" / "tokenizer_config.json").write_text("{}")         # the check looks for the file only
     with pytest.raises(SystemExit) as e:
@@ -513,24 +516,24 @@ def test_a_cut_safetensors_file_is_found_by_its_header(tmp_path):
     from safetensors.torch import save_file
     f = tmp_path / "model.safetensors"
     save_file({"a": torch.zeros(100), "b": torch.ones(3, 4)}, str(f))
-    checkpoint.check_safetensors(f)
+    run_folder.check_safetensors(f)
     data = f.read_bytes()
     f.write_bytes(data[:-10])
     with pytest.raises(ValueError, match="its header says"):
-        checkpoint.check_safetensors(f)
+        run_folder.check_safetensors(f)
     f.write_bytes(b"\x00" * 4)
     with pytest.raises(ValueError, match="unreadable header"):
-        checkpoint.check_safetensors(f)
+        run_folder.check_safetensors(f)
 
 
 def test_a_meta_json_without_a_whole_rng_state_is_a_damaged_checkpoint(tmp_path):
     path = fake_checkpoint(tmp_path / "ckpt", 3)
-    assert checkpoint.checkpoint_meta(path)["step"] == 3
+    assert run_folder.checkpoint_meta(path)["step"] == 3
     for rng in (None, [], [0] * 10, ["a"] * torch.get_rng_state().numel()):
         meta = {"step": 3, "config": {}} if rng is None else {"step": 3, "config": {}, "rng": rng}
         (path / "meta.json").write_text(json.dumps(meta))
         with pytest.raises(ValueError, match="RNG"):
-            checkpoint.checkpoint_meta(path)
+            run_folder.checkpoint_meta(path)
 
 
 @pytest.mark.slow

@@ -25,8 +25,8 @@ pytest.importorskip("vllm", reason="vLLM is not installed (CPU: pip install vllm
 pytestmark = pytest.mark.slow             # vLLM's engine start-up alone takes seconds
 
 import maze  # noqa: E402
-from rollout import (Rollouts, completion_logits, completion_logp, make_engine, pack,  # noqa: E402
-                     sampling_logprobs, sync_weights, token_logp)
+from fgrpo_utils.logprob import completion_logits, completion_logp, pack, token_logp  # noqa: E402
+from rollout import Rollouts, make_engine, sampling_logprobs, sync_weights  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 TOL = 1e-4
@@ -46,7 +46,7 @@ def setup(tmp_path_factory):
     with torch.no_grad():                    # random init is near uniform; spread the logits
         model.model.embed_tokens.weight.mul_(4.0)
     tok = maze.build_tokenizer()
-    maze.save_checkpoint(model, tok, path, {"config": {"size": 9}})
+    maze.save_sft(model, tok, path, {"config": {"size": 9}})
     engine = make_engine("vllm", str(path), pad_token_id=maze.PAD, dtype=torch.float32, seed=0,
                          max_model_len=512, cpu_kv_cache_bytes=128 << 20)
     prompts = maze.encode(tok, [maze.prompt_text(g) for g in maze.heldout_mazes(9, 3)])
@@ -234,7 +234,7 @@ def test_one_engine_takes_each_checkpoints_weights(setup, tmp_path):
     with torch.no_grad():
         for p in other.parameters():
             p.add_(0.05 * torch.randn_like(p))
-    maze.save_checkpoint(other, maze.build_tokenizer(), tmp_path / "other", {"config": {"size": 9}})
+    maze.save_sft(other, maze.build_tokenizer(), tmp_path / "other", {"config": {"size": 9}})
     try:
         load_checkpoint_weights(engine, tmp_path / "other")
         r = sample(engine, prompts, [7, 8, 9])

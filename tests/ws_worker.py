@@ -6,10 +6,10 @@ CASES.json is a list of cases, each a dict of options; one launch runs them all 
 group (a launch costs more than all its updates) and OUT.pt holds a list of results in that order.
 The options set train.Config fields (micro_batch_size, micro_batch_tokens, loss, loss_agg,
 share_prompts, skip_dead_groups, ...) and three of the fixture's: dead=G,G (groups whose advantages
-are set to 0, as X in {0, N} would make them), layout=shared, balance=true (train.balance_ranks
-first, as train.rl_step does) and load=rank0 (train.build's way:
+are set to 0, as X in {0, N} would make them), layout=shared, balance=true (distributed.balance_ranks
+first, as train.rl_step does) and load=rank0 (policy.build's way:
 every rank builds the model on the meta device, rank 0 alone builds it whole, and each rank receives
-its shard by broadcast, train.shard_from_rank0). For each case every rank builds the same model and
+its shard by broadcast, policy.shard_from_rank0). For each case every rank builds the same model and
 the same 16 sequences (4 groups x N = 4, completion lengths 2..30, mixed rewards in every group),
 keeps its share of whole groups, runs train.update_minibatch, then one AdamW step; rank 0 keeps the
 loss, the metrics, the full gradient and the parameters after the step.
@@ -22,11 +22,13 @@ import sys
 from pathlib import Path
 
 import torch
+from transformers import Qwen2Config, Qwen2ForCausalLM
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import train  # noqa: E402
+from fgrpo_utils import distributed, policy  # noqa: E402
 from advantage import focal_advantages  # noqa: E402
-from rollout import completion_logp  # noqa: E402
+from fgrpo_utils.logprob import completion_logp  # noqa: E402
 
 
 def fixture():
@@ -64,15 +66,15 @@ def run(opts, rank, world, device, unused):
 
     def tiny():
         torch.manual_seed(0)
-        return train.Qwen2ForCausalLM(train.Qwen2Config(
+        return Qwen2ForCausalLM(Qwen2Config(
             vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
             num_key_value_heads=2, max_position_embeddings=64, tie_word_embeddings=True)).double()
     if load == "rank0":
         with torch.device("meta"):
             skeleton = tiny()
-        model = train.shard_from_rank0(skeleton, tiny() if rank == 0 else None, device)
+        model = policy.shard_from_rank0(skeleton, tiny() if rank == 0 else None, device)
     else:
-        model = train.shard(tiny(), device)
+        model = policy.shard(tiny(), device)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
     seqs = fixture()
     for i in range(len(seqs)):
@@ -86,7 +88,8 @@ def run(opts, rank, world, device, unused):
     old = [q["old_logp"].double() for q in mine]
     busiest, back = None, lambda rows: rows
     if balance:                                 # train.rl_step's way: whole live groups moved between ranks
-        (mbs, back, busiest) = train.balance_ranks(cfg, prompts, completions, A, 1, rank, world)
+        (mbs, back, busiest) = distributed.balance_ranks(cfg, prompts, completions, A, train.live_rows(cfg, A), 1,
+                                                         rank, world)
         prompts, completions, A, origin = mbs[0]
         old = [seqs[r * per_rank + i]["old_logp"].double() for r, i in origin]
     batches = train.micro_batches(cfg, prompts, completions, train.live_rows(cfg, A))
@@ -109,7 +112,7 @@ def run(opts, rank, world, device, unused):
 
 
 def main(out, cases):
-    rank, world, device = train.init_dist("cpu")
+    rank, world, device = distributed.init_dist("cpu")
     results = []
     for opts in json.loads(Path(cases).read_text()):
         results.append(run(opts, rank, world, device, str(Path(out).parent / "unused")))

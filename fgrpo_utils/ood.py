@@ -1,7 +1,8 @@
 """
 Out-of-domain benchmarks of the paper (Table 1) that are not math: GPQA Diamond (multiple choice, the
 boxed letter is scored) and IFEval (prompt-level strict: every instruction of a prompt followed).
-evaluate.py uses them; reward.py's answer extraction finds the boxed letter.
+evaluate.py uses them; the boxed letter is read by reward.gpqa_letter, IFEval is scored on the answer
+region (reward.answer_region: the text after the last </think>).
 
     python -m pytest -q tests/test_ood.py tests/test_reward.py -k "gpqa or ifeval"
 
@@ -37,8 +38,6 @@ from collections import Counter
 
 import regex                                        # installed with transformers
 
-from reward import answer_region, extract_answer
-
 
 # -----------------------------------------------------------------------------
 # GPQA Diamond: decrypted in memory only; the boxed letter is scored
@@ -66,15 +65,6 @@ def load_gpqa(zip_path, seed=0):
         rows.append({"problem": r["Question"].strip() + "\n\n" + body + GPQA_SUFFIX,
                      "answer": "ABCD"[perm.index(0)], "id": r["Record ID"]})
     return rows
-
-
-def gpqa_letter(completion):
-    """'A'-'D' from the final answer: \\boxed{C}, \\boxed{(C)}, \\boxed{\\text{C}}, \\boxed{C) 4.2 eV}."""
-    ans = extract_answer(completion)
-    if ans is None:
-        return None
-    m = re.fullmatch(r"(?:\\text(?:bf)?\{|\\mathrm\{|\{|\(|\s)*([A-Da-d])(?:\W.*)?", ans, re.S)
-    return m.group(1).upper() if m else None
 
 
 # -----------------------------------------------------------------------------
@@ -287,9 +277,9 @@ IFEVAL_CHECKS = {   # instruction id -> check(response, **kwargs) -> bool
 }
 
 
-def ifeval_follows(completion, row):
-    """Per-instruction strict results for one IFEval row (instruction_id_list + kwargs)."""
-    text = answer_region(completion)
+def ifeval_follows(text, row):
+    """Per-instruction strict results for one IFEval row (instruction_id_list + kwargs) on a response's
+    answer region `text`."""
     out = []
     for iid, kwargs in zip(row["instruction_id_list"], row["kwargs"]):
         if iid not in IFEVAL_CHECKS:
@@ -314,6 +304,6 @@ def check_ifeval_row(row):
         _check_kwargs(iid, {k: v for k, v in kw.items() if v is not None})
 
 
-def ifeval_correct(completion, row):
+def ifeval_correct(text, row):
     """Prompt-level strict: correct only when every instruction is followed."""
-    return all(ifeval_follows(completion, row))
+    return all(ifeval_follows(text, row))

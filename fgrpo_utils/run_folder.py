@@ -1,9 +1,8 @@
 """
 train.py's run folder (--out_dir): what it may hold, its logs, DCP checkpoints and --resume, and the
 Hugging Face exports. None of this is the method; it lives here so that train.py reads as the RL loop.
-It imports nothing of train.py. How train.py uses it, in order:
+How train.py uses it, in order (the gloo group these wait in is distributed.IO_GROUP):
 
-    checkpoint.start_io_group()                        # init_dist: the gloo group slow I/O waits in
     ckpt, meta = check_run(cfg, out, problems)         # lock out_dir, refuse what cannot run, find --resume's
     start = resume_from(model, opt, ckpt, meta)        # load it, or the next older whole one
     log = start_logging(cfg, out, task, world, start)  # run.json; metrics.jsonl cut back to `start`
@@ -11,11 +10,11 @@ It imports nothing of train.py. How train.py uses it, in order:
     export(model, tokenizer, out, due_exports(cfg, ...), cfg, progress(cfg, ...))   # epoch_E, step_N, final
     save_checkpoint(model, opt, step, cfg, out)        # every --save_every steps and at the end
 
-out_dir holds only TRAIN_OUTPUTS (common.check_out_dir refuses a folder holding anything else):
+out_dir holds only TRAIN_OUTPUTS (outputs.check_out_dir refuses a folder holding anything else):
     run.json, metrics.jsonl          the config, git SHA and versions; one JSON line per step
     ckpt/step_NNNNNN/                DCP shards + meta.json (step, config, RNG state, each file's CRC-32)
     final/, epoch_E/, step_NNNNNN/   Hugging Face model folders with progress.json (evaluate.py --models)
-    .fgrpo.json, .train.lock         our marker (common.MARKER); the OS lock held while a run lives
+    .fgrpo.json, .train.lock         our marker (outputs.MARKER); the OS lock held while a run lives
 
 A function that takes the model, or that says so, is collective: every rank calls it at the same point.
 """
@@ -29,7 +28,6 @@ import subprocess
 import sys
 import zlib
 from dataclasses import asdict
-from datetime import timedelta
 from pathlib import Path
 
 import torch
@@ -39,8 +37,11 @@ from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict,
                                                      get_state_dict, set_state_dict)
 
-from common import (MARKER, atomic_dir, atomic_write_json, atomic_write_text, check, code_hashes, is_ours, mark_out_dir,
-                    refuse, remove_temp, replace_dir)
+from fgrpo_utils import distributed
+from fgrpo_utils.cli import check, refuse
+from fgrpo_utils.distributed import io_barrier
+from fgrpo_utils.outputs import (MARKER, atomic_dir, atomic_write_json, atomic_write_text, code_hashes, is_ours,
+                                 mark_out_dir, remove_temp, replace_dir)
 
 # What train.py writes in --out_dir; a folder holding anything else is refused (common.check_out_dir).
 # The last two are glob patterns: the exports epoch_E (math, at every epoch's end) and step_NNNNNN
@@ -53,24 +54,6 @@ RESUME_MAY_CHANGE = ("steps", "save_every", "eval_every", "eval_mazes", "eval_sa
                      "micro_batch_tokens", "share_prompts", "grad_checkpointing", "export_every",
                      "keep_checkpoints", "kv_cache_gb", "gpu_memory_utilization", "plan", "nproc",
                      "gpu_memory_gb", "skip_dead_groups")
-
-
-# While rank 0 writes an export or deletes old checkpoints (tens of GB for a 7B), the other ranks wait
-# in a barrier of their own gloo group with a long timeout, never in the default group's (NCCL: 10 min).
-# Checkpoints are saved and loaded over it too: every rank writes its shards, and the slowest disk sets
-# the pace.
-IO_TIMEOUT = timedelta(hours=2)
-IO_GROUP = None
-
-
-def start_io_group():
-    """Create the gloo group for I/O waits; every rank calls it once, right after init_process_group."""
-    global IO_GROUP
-    IO_GROUP = dist.new_group(backend="gloo", timeout=IO_TIMEOUT)
-
-
-def io_barrier():
-    dist.barrier(group=IO_GROUP)
 
 
 # -----------------------------------------------------------------------------
@@ -88,7 +71,7 @@ def check_run(cfg, out, problems=()):
     dist.broadcast_object_list(first, src=0)
     if first[0]:
         dist.destroy_process_group()
-        refuse(first[0])                               # as for a bad flag (common.parse_config)
+        refuse(first[0])                               # as for a bad flag (cli.parse_config)
     if dist.get_rank() == 0:
         if skipped:
             print(f"warning: skipped damaged checkpoint(s) {', '.join(skipped)}; resuming from "
@@ -120,7 +103,7 @@ def folder_problems(cfg, out, ckpt, meta):
     final = out / "final"                            # the export at the end replaces it: ours only
     if (final.exists() or final.is_symlink()) and not (final.is_dir() and is_ours(final)):
         what = "a symlink" if final.is_symlink() else "a folder" if final.is_dir() else "a file"
-        problems.append(f"--out_dir {out}: 'final' is {what} that we did not write (common.is_ours), and the "
+        problems.append(f"--out_dir {out}: 'final' is {what} that we did not write (outputs.is_ours), and the "
                         "run would end by replacing it; move it away or choose another --out_dir")
     changed = resume_conflicts(meta["config"], cfg) if meta else []
     if changed:
@@ -267,7 +250,7 @@ def save_checkpoint(model, opt, step, cfg, out_dir):
     if dist.get_rank() == 0 and tmp.exists():            # left by a run killed mid-save
         shutil.rmtree(tmp)
     io_barrier()
-    dcp.save({"model": msd, "optim": osd}, checkpoint_id=str(tmp), process_group=IO_GROUP)
+    dcp.save({"model": msd, "optim": osd}, checkpoint_id=str(tmp), process_group=distributed.IO_GROUP)
     io_barrier()
     crcs = shard_crcs(tmp)
     if dist.get_rank() == 0:
@@ -306,7 +289,7 @@ def shard_crcs(folder, names=None):
     mine = {n: crc32(folder / n) if (folder / n).is_file() else None
             for n in names[dist.get_rank()::dist.get_world_size()]}
     parts = [None] * dist.get_world_size()
-    dist.all_gather_object(parts, mine, group=IO_GROUP)
+    dist.all_gather_object(parts, mine, group=distributed.IO_GROUP)
     return {n: c for part in parts for n, c in part.items()}
 
 
@@ -417,7 +400,7 @@ def load_checkpoint(model, opt, path, meta):
     check_crcs(path, meta)
     msd, osd = get_state_dict(model, opt)
     state = {"model": msd, "optim": osd}
-    dcp.load(state, checkpoint_id=str(path), process_group=IO_GROUP)
+    dcp.load(state, checkpoint_id=str(path), process_group=distributed.IO_GROUP)
     set_state_dict(model, opt, model_state_dict=state["model"], optim_state_dict=state["optim"])
     torch.set_rng_state(torch.tensor(meta["rng"], dtype=torch.uint8))
     LOADABLE[str(path)] = True
@@ -436,7 +419,7 @@ def resume_from(model, opt, ckpt, meta):
             # own CheckpointException is a BaseException
             step, err = None, f"{type(e).__name__}: {str(e)[:120]}"
         errors = [None] * dist.get_world_size()
-        dist.all_gather_object(errors, err, group=IO_GROUP)
+        dist.all_gather_object(errors, err, group=distributed.IO_GROUP)
         errors = [e for e in errors if e]
         if not errors:
             return step
@@ -532,7 +515,7 @@ def progress(cfg, done, num_prompts):
 def export(model, tokenizer, out_dir, names, cfg, info):
     """Write out_dir/NAME for each of `names`: model.safetensors, config, tokenizer and progress.json
     (`info`). Every rank joins one gather of the full state dict (FSDP2 needs them all; cpu_offload
-    keeps the result on rank 0 only); rank 0 writes each folder atomically (common.atomic_dir) while
+    keeps the result on rank 0 only); rank 0 writes each folder atomically (outputs.atomic_dir) while
     the others wait at the barrier."""
     sd = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
     if dist.get_rank() == 0:

@@ -5,11 +5,12 @@ no network, a few seconds.
     python train.py --plan true --model ../shared/data/models/qwen2.5-7b --nproc 8
     python train.py --plan true --model ../shared/data/models/qwen2.5-7b --grad_checkpointing false   # exit 2
 
-train.py prints format_plan(plan(cfg, world, gpu_memory_gb)) and, when it does not fit, verdict(plan)
-(one line naming the largest part and the flag that shrinks it) and exits 2. A real CUDA run checks
-the same plan with its own world size and device before it loads anything.
+train.py --plan true is main(): format_plan(plan(cfg, world, gpu_memory_gb)) and, when it does not fit,
+verdict(plan) (one line naming the largest part and the flag that shrinks it) and exit 2. A real CUDA
+run checks the same plan with its own world size and device before it loads anything (check_fits).
 
-What is modelled (train.py build/shard/update_minibatch/rl_step, rollout.py's engines and policy_logp):
+What is modelled (train.py's update_minibatch and rl_step, policy.build and shard, rollout.py's engines,
+logprob.policy_logp):
   FSDP2 over `world` ranks. CUDA: fp32 master weights, fp32 gradients and AdamW's two fp32 moments, all
   sharded (4 + 4 + 8 = 16 bytes/param / world); bf16 compute. Each decoder layer is an FSDP unit,
   the root holds embeddings + final norm + lm_head; in forward/backward the root is unsharded for
@@ -25,7 +26,7 @@ What is modelled (train.py build/shard/update_minibatch/rl_step, rollout.py's en
       padding mask   d T                      the float mask SDPA makes of a bool mask, per layer
   With checkpointing a layer keeps only its input (d h per token) and one layer's full set exists
   at a time during backward. On top: the final norm ((4 + d) h) and backward's gradients through
-  one layer (3 d I + 2 d h), per token. The head is rollout.policy_logp: ~CHUNK_BYTES of (chunk, V) fp32
+  one layer (3 d I + 2 d h), per token. The head is logprob.policy_logp: ~CHUNK_BYTES of (chunk, V) fp32
   temporaries (its dW is the head's gradient, counted with the weights), and the hidden states at the
   completion positions with their gradient.
   Rollout engine: vLLM takes gpu_memory_utilization x the device while sampling and sleeps (level 1)
@@ -43,13 +44,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
+import torch.distributed
 from transformers import AutoConfig, AutoModelForCausalLM
 
-import rollout
-from common import check
+from fgrpo_utils.cli import check, refuse
+from fgrpo_utils.distributed import batch_problems
+from fgrpo_utils.logprob import CHUNK_BYTES, CHUNK_TEMPS
 
 GiB = 1 << 30
-CHUNK_BYTES = rollout.CHUNK_BYTES  # policy_logp's (chunk, V) fp32 temporaries
 ENGINE_MAX_BATCH = 512          # TorchEngine's max_batch_size (rows sampled per forward)
 CUDA_RUNTIME_GIB = 1.5          # CUDA context, NCCL buffers, cuBLAS workspace: an estimate, per rank
 VLLM_OVERHEAD_GIB = 2.0         # vLLM's share less weights and KV: profiling activations, CUDA graphs (estimate)
@@ -219,7 +221,7 @@ def micro_batch_shapes(cfg, lengths=None):
     return shapes
 
 
-def checkpointing_on(cfg, device):
+def grad_checkpointing_on(cfg, device):
     """--grad_checkpointing auto: on for CUDA, where activations decide what fits; off on the CPU."""
     return cfg.grad_checkpointing == "true" or (cfg.grad_checkpointing == "auto" and device == "cuda")
 
@@ -242,7 +244,7 @@ def plan(cfg, world, gpu_memory_gb=80.0, config=None, lengths=None):
     engine = engine_kind(cfg, device)
     d = 2 if device == "cuda" else 4                       # compute dtype bytes
     mixed = device == "cuda"
-    ckpt = checkpointing_on(cfg, device)
+    ckpt = grad_checkpointing_on(cfg, device)
     Lp, Lr = lengths or (cfg.max_prompt_len, cfg.max_response_len)
     units = m["root"] + 2 * m["block"]                     # unsharded at once: root + current + prefetch
     g = lambda b: b / GiB                                  # noqa: E731
@@ -273,7 +275,7 @@ def plan(cfg, world, gpu_memory_gb=80.0, config=None, lengths=None):
         # backward through one layer: the gradients of its MLP intermediates and of the hidden state
         per_tok += final_norm + 3 * d * m["I"] + 2 * d * h
         completion = rows_ * min(per_row * Lr, row_len - 1)    # every row holds >= 1 prompt token
-        chunk = min(CHUNK_BYTES, completion * V * 4 * rollout.CHUNK_TEMPS)   # z and p, (chunk, V) fp32
+        chunk = min(CHUNK_BYTES, completion * V * 4 * CHUNK_TEMPS)   # z and p, (chunk, V) fp32
         head = chunk + 2 * completion * h * d              # dW is the head's gradient: counted above
         return rows_ * row_len * per_tok + mask, head, per_tok, chunk, completion
 
@@ -300,13 +302,13 @@ def plan(cfg, world, gpu_memory_gb=80.0, config=None, lengths=None):
             "asleep in the update; bf16 weights in the sync", "--gpu_memory_utilization")
         level = getattr(cfg, "vllm_sleep_level", 2)
         host = vllm_pinned_bytes(m) if mixed and level == 1 else 0
-        kv_tok = rollout.kv_bytes_per_token(config, torch.bfloat16 if mixed else torch.float32)
+        kv_tok = kv_bytes_per_token(config, torch.bfloat16 if mixed else torch.float32)
         kv_tokens = max(0, share - 2 * P - VLLM_OVERHEAD_GIB * GiB) // kv_tok if mixed else 0
     else:
         weights = 2 * P if mixed else 4 * P
         b = min(ENGINE_MAX_BATCH, rank_rows)                # rows per engine forward
         prompts = max(1, b // cfg.group_size)
-        kv_tok = rollout.kv_bytes_per_token(config, torch.bfloat16 if mixed else torch.float32)
+        kv_tok = kv_bytes_per_token(config, torch.bfloat16 if mixed else torch.float32)
         kv = min(cfg.kv_cache_gb * GiB, kv_tok * (prompts * Lp + b * Lr))
         sampling = b * V * (4 + 8)                          # fp32 logprobs + float64 cdf
         prefill = prompts * Lp * (3 * m["I"] + 4 * h) * d   # one layer's MLP, transient
@@ -399,3 +401,53 @@ def verdict(p):
     r = p.largest
     return (f"memory plan: {p.peak:.1f} GiB per rank in the {p.peak_phase} phase > {p.device_gib:.1f} GiB; "
             f"largest part {r.name} ({getattr(r, p.peak_phase):.1f} GiB): shrink it with {r.flag or '--nproc'}")
+
+
+def plan_lengths(cfg, entry):
+    """(prompt, response) tokens of the task's rows: math's are its flags; a task with its own tokenizer
+    (maze, reverse) is checked (entry.check), built and asked (the longest of its first 16 prompts).
+    entry: the task's row in train.TASKS."""
+    if entry.tokenizer is None:
+        return cfg.max_prompt_len, cfg.max_response_len
+    if entry.check:
+        entry.check(cfg)
+    task = entry.make(cfg, entry.tokenizer(), None)
+    return max(len(task.prompt(i)[0]) for i in range(16)), task.max_new_tokens
+
+
+def make_plan(cfg, world, gpu_memory_gb, entry):
+    """plan() of this run, or one line and exit 2 when its config.json or task flags cannot make one."""
+    try:
+        return plan(cfg, world, gpu_memory_gb, lengths=plan_lengths(cfg, entry))
+    except ValueError as e:
+        refuse(e)
+
+
+def main(cfg, entry):
+    """train.py --plan true: the plan of these flags on --nproc ranks of --gpu_memory_gb each, printed;
+    exit 2 when it does not fit, or when --nproc does not divide the batch."""
+    problems = batch_problems(cfg, cfg.nproc)         # a world size the real run would refuse
+    if problems:
+        refuse(problems[0].replace("the world size", "--nproc"))
+    p = make_plan(cfg, cfg.nproc, cfg.gpu_memory_gb, entry)
+    print(format_plan(p))
+    if not p.fits:
+        refuse(verdict(p))
+
+
+def check_fits(cfg, world, device, entry):
+    """A CUDA run's own plan, with its world size and its device's memory, before anything loads: exit 2
+    in one line, on every rank, when it does not fit."""
+    p = make_plan(cfg, world, torch.cuda.get_device_properties(device).total_memory / 2**30, entry)
+    if not p.fits:
+        torch.distributed.destroy_process_group()
+        refuse(verdict(p))
+
+
+def kv_bytes_per_token(config, dtype):
+    """Bytes of K and V one token costs in the cache of all layers: 2 * layers * kv_heads * head_dim * size."""
+    config = config.get_text_config() if hasattr(config, "get_text_config") else config
+    heads = config.num_attention_heads
+    kv_heads = getattr(config, "num_key_value_heads", None) or heads
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+    return 2 * config.num_hidden_layers * kv_heads * head_dim * dtype.itemsize

@@ -1,0 +1,246 @@
+"""
+What is ours, and writing it whole. We never delete or overwrite what we did not write; one rule for
+every script:
+
+- A single output file (evaluate.py's --out results, tables and plots; bench scripts' reports)
+  carries the mark of the script that wrote it inside: a JSON object's "written_by", a table's
+  first line, a PNG's "Software" text (written_by, file_mark).
+- A folder we write whole (a maze checkpoint, train.py's exports) or write into (train.py's and
+  simulate.py's --out_dir) carries a marker file, MARKER, that lists the names we put in it. An
+  entry of a folder is ours when the marker lists it, when the caller names it as one of its fixed
+  outputs (`known`: train.py's run.json, ckpt, ...; a known name may be a glob pattern, as
+  train.py's per-epoch exports "epoch_[0-9]*" are), or when it is the leftover of one of our atomic
+  writes of such a name (.NAME.tmp.*, .NAME.old).
+
+A file may be replaced only when it is ours (is_ours); a folder may be written into, or replaced, only
+when every entry in it is ours (check_out_dir). Writes are atomic (atomic_write_text, atomic_dir): a
+reader, or a resumed run, sees the old file or the new one, never half of one.
+"""
+import hashlib
+import json
+import os
+import shutil
+import sys
+import tempfile
+from fnmatch import fnmatchcase
+from pathlib import Path
+
+from fgrpo_utils.cli import REPO, check
+
+
+def file_sha256(path):
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def code_hashes():
+    """{file: sha256} of the program files imported in this process (the scripts at the top and the
+    modules of fgrpo_utils/), by their path in the repository: what a run records of the code it ran
+    (the course's grader ties a run to the hand-in's graded files)."""
+    files = {Path(f).resolve() for m in list(sys.modules.values())
+             if isinstance(f := getattr(m, "__file__", None), str) and os.path.isabs(f)}
+    return {p.relative_to(REPO).as_posix(): file_sha256(p) for p in sorted(files)
+            if p.parent in (REPO, REPO / "fgrpo_utils") and p.suffix == ".py" and p.is_file()}
+
+
+MARKER = ".fgrpo.json"     # the file in a folder that lists what in it is ours
+MARK = "fgrpo"
+
+
+def written_by(script):
+    """The mark a script puts inside the files it writes: "fgrpo evaluate.py"."""
+    return f"{MARK} {script}"
+
+
+TABLE_MARK = "<!-- written by "       # the first line of a table we write begins so (table_mark)
+
+
+def table_mark(script):
+    """The first line of a markdown table we write: an HTML comment, invisible when rendered."""
+    return f"{TABLE_MARK}{written_by(script)}; rerunning it replaces this file -->\n"
+
+
+def file_mark(path):
+    """The mark inside an output file ("fgrpo evaluate.py"), or None: a JSON object's "written_by",
+    a markdown table's first line, a PNG's "Software" text."""
+    p = Path(path)
+    try:
+        if p.suffix == ".json":
+            obj = json.loads(p.read_text())
+            return obj.get("written_by") if isinstance(obj, dict) else None
+        if p.suffix == ".md":
+            with open(p) as f:
+                first = f.readline()
+            return first[len(TABLE_MARK):].split(";")[0] if first.startswith(TABLE_MARK) else None
+        if p.suffix == ".png":
+            from PIL import Image                       # matplotlib's own dependency
+            with Image.open(p) as im:
+                return im.info.get("Software")
+    except Exception:                # unreadable, not UTF-8, not a PNG ...: not ours, whatever the error
+        return None
+    return None
+
+
+def is_ours(path, script=None):
+    """Whether an existing file or folder is ours to replace. A file: the marker of its folder lists
+    it, or it carries our mark inside (file_mark), `script`'s own when given. A folder: it holds our
+    marker and nothing that is not ours (foreign_entries). Symlinks are never ours: we make none."""
+    p = Path(path)
+    if p.is_symlink():
+        return False
+    if p.is_dir():
+        return (p / MARKER).is_file() and not foreign_entries(p)
+    if not p.is_file():
+        return False
+    if p.name in owned_entries(p.parent):
+        return True
+    mark = file_mark(p)
+    return isinstance(mark, str) and (mark == written_by(script) if script else mark.startswith(MARK + " "))
+
+
+def foreign_entries(folder, known=()):
+    """The entries of `folder` that are not ours: not listed by its marker, not one of the caller's
+    `known` output names, not the leftover of an atomic write of either."""
+    ours = owned_entries(folder) | {MARKER}
+    return sorted(e for e in os.listdir(folder) if e not in ours and not is_known(e, known)
+                  and not is_temp_of(e, ours, known))
+
+
+def write_json_out(path, obj, script):
+    """Write a JSON output file atomically, with `script`'s mark first."""
+    atomic_write_json(path, {"written_by": written_by(script), **obj})
+
+
+def write_table_out(path, text, script):
+    """Write a markdown output file atomically, with `script`'s mark as its first line."""
+    atomic_write_text(path, table_mark(script) + text)
+
+
+def png_metadata(script):
+    """savefig(..., metadata=png_metadata(script)) puts `script`'s mark in the PNG."""
+    return {"Software": written_by(script)}
+
+
+def check_out_file(path, flag, script):
+    """Raise ValueError naming `flag` unless `path` may be written by `script`: absent, or a file that
+    `script` wrote (is_ours); its folder writable."""
+    p = Path(path)
+    check(not p.exists() and not p.is_symlink() or is_ours(p, script),
+          f"{flag} {p}: exists and {script} did not write it; choose another {flag} (we never write over "
+          "what is not ours)")
+    check_writable(p.parent, flag)
+
+
+def owned_entries(folder):
+    """The names the marker of `folder` lists (none without a readable marker)."""
+    try:
+        return set(json.loads((Path(folder) / MARKER).read_text())["entries"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return set()
+
+
+def is_temp_of(entry, names, patterns=()):
+    """Whether `entry` is what a killed atomic write of one of `names` (exact) or of a name matching
+    one of `patterns` (fnmatch globs) left: .NAME.tmp.* or .NAME.old."""
+    return any(entry.startswith(f".{n}.tmp.") or entry == f".{n}.old" for n in names) or \
+        any(fnmatchcase(entry, f".{p}.tmp.*") or fnmatchcase(entry, f".{p}.old") for p in patterns)
+
+
+def is_known(entry, known):
+    """Whether `entry` is one of a script's fixed output names; `known` may hold glob patterns."""
+    return any(fnmatchcase(entry, k) for k in known)
+
+
+def check_writable(path, flag):
+    """`path` can be created: its nearest existing ancestor is a folder we may write in."""
+    p = Path(path)
+    check(str(path).strip() != "", f"{flag}: empty path")
+    existing = next(q for q in (p, *p.parents) if q.exists())
+    check(existing.is_dir(), f"{flag} {p}: {existing} is a file, not a folder")
+    check(os.access(existing, os.W_OK | os.X_OK), f"{flag} {p}: {existing} is not writable")
+
+
+def check_out_dir(path, flag="--out_dir", known=()):
+    """Raise ValueError naming `flag` unless `path` is an output folder we may write: absent, or a
+    folder whose every entry is ours (see MARKER; `known`: the names the caller always writes there);
+    not a file; and writable. Configs call it in __post_init__, so the answer comes before any work."""
+    p = Path(path)
+    check(not p.exists() or p.is_dir(), f"{flag} {p}: is a file, not a folder")
+    if p.is_dir():
+        foreign = foreign_entries(p, known)
+        if foreign:
+            more = f" and {len(foreign) - 1} more" if len(foreign) > 1 else ""
+            raise ValueError(f"{flag} {p}: holds {foreign[0]!r}{more}, which we did not write; choose "
+                             f"another folder (we never write over what is not ours)")
+    check_writable(p, flag)
+
+
+def mark_out_dir(path, entries):
+    """Create folder `path` and record `entries` (names in it) as ours, beside those recorded before."""
+    p = Path(path)
+    p.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(p / MARKER, {"written_by": "fgrpo (see common.MARKER)",
+                                   "entries": sorted(owned_entries(p) | set(entries))})
+
+
+def remove_temp(folder, names, patterns=()):
+    """Delete what killed atomic writes of `names` (or of names matching the glob `patterns`) left in
+    `folder` (.NAME.tmp.*, .NAME.old): only those."""
+    folder = Path(folder)
+    for entry in (os.listdir(folder) if folder.is_dir() else []):
+        if is_temp_of(entry, names, patterns):
+            p = folder / entry
+            shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()
+
+
+def atomic_write_text(path, text):
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.tmp.")
+    os.chmod(tmp, 0o644)                               # mkstemp makes it 0600; a results file is shared
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def atomic_write_json(path, obj):
+    atomic_write_text(path, json.dumps(obj, indent=1) + "\n")
+
+
+def atomic_dir(path, write):
+    """Call write(tmp_dir), mark what it wrote as ours, then move tmp_dir to `path` in one rename.
+
+    An existing `path` is replaced only if it is ours (check_out_dir): the caller checked that up
+    front; this is the last line of defence, before anything is removed.
+    """
+    path = Path(path)
+    if path.is_symlink():                                # write where it points, keep the link
+        path = path.resolve()
+    check_out_dir(path, "output folder")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    remove_temp(path.parent, [path.name])                # what an earlier killed write left
+    tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.tmp."))
+    os.chmod(tmp, 0o755)                                 # mkdtemp makes it 0700; a checkpoint is shared
+    try:
+        write(tmp)
+        mark_out_dir(tmp, os.listdir(tmp))
+        for f in Path(tmp).rglob("*"):                   # save_pretrained writes model.safetensors 0600
+            os.chmod(f, 0o755 if f.is_dir() else 0o644)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    replace_dir(tmp, path)
+
+
+def replace_dir(src, dst):
+    """Move folder `src` to `dst` by rename. A `dst` already there is moved aside to .NAME.old first
+    and removed only once the new one is in place, so a kill at any moment leaves the old folder or
+    the new one at `dst` (or neither, with both beside it under our temp names)."""
+    src, dst = Path(src), Path(dst)
+    old = dst.parent / f".{dst.name}.old"
+    shutil.rmtree(old, ignore_errors=True)
+    if dst.exists():
+        os.replace(dst, old)
+    os.replace(src, dst)
+    shutil.rmtree(old, ignore_errors=True)

@@ -1,0 +1,151 @@
+"""
+The policy the trainer trains: built from a Hugging Face folder (or --model tiny, or a task's own small
+policy), its attention, FSDP2 sharding, and the one build that also gives the rollout engine its copy,
+the reference model and the optimizer. Nothing here imports a script: train.py passes the engine
+factory and the task's policy in.
+"""
+import contextlib
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+from transformers import AttentionInterface, AutoConfig, AutoModelForCausalLM, Qwen2Config, Qwen2ForCausalLM
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
+from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+from fgrpo_utils.distributed import print0
+from fgrpo_utils.logprob import register_policy_forward
+from fgrpo_utils.memory_plan import engine_kind, grad_checkpointing_on
+
+
+# -----------------------------------------------------------------------------
+# Attention, for the trainer and TorchEngine, registered with transformers as ATTENTION
+
+ATTENTION = "fgrpo_sdpa"
+
+
+def attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None, decode=None, **kwargs):
+    """A transformers attention function (query (B, H, Tq, D), key/value (B, KV, Tk, D), returns
+    (B, Tq, H, D)). Without `decode`, it is transformers' SDPA, except that on the CPU the KV heads
+    are read in place (enable_gqa) instead of being copied H / KV times (repeat_kv), which cost
+    a quarter of a maze rollout. With `decode` (a GroupKV, passed through the model's forward
+    kwargs by TorchEngine), the cache is ours: see GroupKV."""
+    if decode is not None and decode.t >= 0:
+        return decode.attend(module.layer_idx, query, key, value, scaling), None
+    if decode is not None:                  # the prefill: keep the prompts' keys and values
+        decode.prompt_k[module.layer_idx], decode.prompt_v[module.layer_idx] = key, value
+    if query.device.type != "cpu":          # CUDA's fast kernels need repeat_kv when there is a mask
+        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout, scaling, **kwargs)
+    causal = attention_mask is None and query.shape[2] > 1
+    out = F.scaled_dot_product_attention(query, key, value, attn_mask=attention_mask, dropout_p=dropout,
+                                         scale=scaling, is_causal=causal, enable_gqa=True)
+    return out.transpose(1, 2).contiguous(), None
+
+
+def use_attention(model):
+    """Switch a transformers model to `attention` (the masks it builds stay those of SDPA)."""
+    AttentionInterface.register(ATTENTION, attention)
+    AttentionMaskInterface.register(ATTENTION, sdpa_mask)
+    model.set_attn_implementation(ATTENTION)
+    return model
+
+
+# -----------------------------------------------------------------------------
+# The policy: load, shard with FSDP2, build
+
+def load_model(cfg, tokenizer, dtype=torch.float32, meta=False, own=None):
+    """The policy as a transformers model, computing attention with `attention` (SDPA without copying
+    the KV heads on the CPU; transformers' own SDPA on GPU). meta=True: the same model on the meta
+    device, from its config alone (no weights read, nothing allocated). --model tiny: own() (a task's
+    policy, made for its own tokenizer) or else tiny_qwen, seeded by --seed."""
+    if cfg.model == "tiny":                           # a random policy for tests and smoke runs
+        torch.manual_seed(cfg.seed)                   # same init on every rank
+        with torch.device("meta") if meta else contextlib.nullcontext():
+            model = (own() if own else tiny_qwen(len(tokenizer))).to(dtype)
+    elif meta:
+        with torch.device("meta"):
+            model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(cfg.model), dtype=dtype)
+    else:
+        model = AutoModelForCausalLM.from_pretrained(cfg.model, dtype=dtype)
+    return use_attention(model)
+
+
+def tiny_qwen(vocab_size):
+    """--model tiny's policy unless the task brings one: a random 2-layer Qwen2, 64 wide."""
+    return Qwen2ForCausalLM(Qwen2Config(
+        vocab_size=vocab_size, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096, tie_word_embeddings=True))
+
+
+def shard(model, device):
+    """FSDP2: each transformer block is its own unit, then the root (embeddings, norm, head).
+    The blocks are the modules whose class the model names in _no_split_modules, which every HF
+    causal LM sets (a model that names none is one unit).
+    The model arrives on the CPU: fully_shard moves one unit at a time to the device and keeps only
+    this rank's shard there, so the whole fp32 model never sits on one GPU (28 GiB for a 7B).
+    On GPU: bf16 compute, fp32 master weights and fp32 gradient reductions. On CPU: all fp32."""
+    mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) \
+        if device.type == "cuda" else MixedPrecisionPolicy()
+    mesh = init_device_mesh(device.type, (dist.get_world_size(),))
+    blocks = set(getattr(model, "_no_split_modules", None) or ())     # e.g. {"Qwen2DecoderLayer"}
+    for module in model.modules():
+        if module is not model and type(module).__name__ in blocks:
+            fully_shard(module, mesh=mesh, mp_policy=mp)
+    fully_shard(model, mesh=mesh, mp_policy=mp)
+    register_policy_forward(model)     # logprob.policy_logp's head runs where the root's weights are whole
+    return model
+
+
+def shard_from_rank0(model, full, device):
+    """Shard `model` (built on the meta device, as every rank builds it) and fill it with the weights
+    of `full`, the model rank 0 alone loaded (None on the other ranks): each rank receives its shard
+    by broadcast (set_model_state_dict's broadcast_from_rank0), so a node holds one full fp32 copy at
+    start-up instead of one per rank (8 x 28 GiB for the 7B). The buffers no state dict holds (the
+    rotary inv_freq) are broadcast from rank 0's too."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+    model = shard(model, device)
+    model.to_empty(device=device)
+    set_model_state_dict(model, full.state_dict() if full is not None else {},
+                         options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True))
+    with torch.no_grad():
+        for name, b in model.named_buffers():
+            if full is not None:
+                b.copy_(full.get_buffer(name))
+            dist.broadcast(b, 0)
+    return model
+
+
+def build(cfg, tokenizer, device, new_engine, load):
+    """(policy sharded, reference sharded or None, rollout engine, optimizer). The model comes from
+    load(cfg, tokenizer, dtype, meta): load_model here, a random-init builder in bench/gpu_check.py;
+    the engine from new_engine(kind, its own model or None, dtype) (train.py: rollout.make_engine).
+    Weights are read once, by rank 0 (shard_from_rank0); every other copy is built on the meta device
+    and filled from that one: the policy's shards, the reference's, and the engine's weights, which
+    the caller's weight sync writes (vLLM loads "dummy" weights: random, never read from disk, all of
+    them rewritten, as after a level-2 sleep)."""
+    full = load(cfg, tokenizer, torch.float32) if dist.get_rank() == 0 else None
+    model = load(cfg, tokenizer, torch.float32, meta=True)
+    # The engine holds its own unsharded copy of the policy (bf16 on GPU), refreshed every step.
+    engine_dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    kind = engine_kind(cfg, device.type)
+    engine_model = load(cfg, tokenizer, engine_dtype, meta=True).to_empty(device=device) if kind == "torch" else None
+    engine = new_engine(kind, engine_model, engine_dtype)
+    if kind == "vllm":
+        print0(engine.describe())     # which runner, compile mode and sleep level ran: the first thing to check
+    ref_model = (shard_from_rank0(load(cfg, tokenizer, torch.float32, meta=True), full, device).eval()
+                 if cfg.kl_coef > 0 else None)
+    if grad_checkpointing_on(cfg, device.type):
+        # Non-reentrant: the reentrant variant needs inputs that require grad and fights FSDP's hooks.
+        # It acts only in training mode, which rl_step sets for the update (model.train()).
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    model = shard_from_rank0(model, full, device)
+    del full
+    if engine_model is not None:                # buffers are in no sync: the policy's rotary tables
+        with torch.no_grad():
+            for name, b in engine_model.named_buffers():
+                b.copy_(model.get_buffer(name))
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(cfg.adam_beta1, cfg.adam_beta2),
+                            weight_decay=cfg.weight_decay)
+    return model, ref_model, engine, opt

@@ -1,0 +1,135 @@
+"""
+What train.py checks before any work, each problem refused in one line with exit status 2: its flags
+(check_config, the body of Config.__post_init__), the task's flags and inputs, then at start-up
+the packages, the device and the engine flags (check_environment) and the batch against the world
+size (batch_problems). Tasks come in as train.py's table (`tasks`, a TaskEntry per name): nothing
+here imports a script.
+"""
+import dataclasses
+import importlib.util
+import math
+from pathlib import Path
+
+from fgrpo_utils.cli import check, check_choices, check_device, check_min, check_positive, check_pretrained, refuse
+from fgrpo_utils.distributed import device_type
+from fgrpo_utils.memory_plan import engine_kind
+from fgrpo_utils.outputs import check_out_dir
+from fgrpo_utils.run_folder import TRAIN_OUTPUTS
+
+
+def check_config(cfg, tasks):
+    """Config.__post_init__: ValueError('--flag ...') for the first flag out of range, set for another
+    task, or set where it cannot act; then, unless --plan (which reads only the model's config.json),
+    the model, the tokenizer, the task's own flags and inputs (its TaskEntry.check) and --out_dir."""
+    check_choices(cfg)
+    check(cfg.group_size >= 2, f"--group_size {cfg.group_size}: need >= 2 for a group baseline")
+    check_min(cfg, 1, "prompts_per_step", "mini_batch_prompts", "micro_batch_size", "steps",
+              "max_prompt_len", "max_response_len", "save_every", "eval_samples", "keep_checkpoints", "nproc")
+    check_min(cfg, 0, "gamma", "kl_coef", "entropy_coef", "warmup_steps", "weight_decay", "top_k",
+              "maze_size", "threads", "seed", "eval_every", "eval_mazes", "sample_every", "export_every",
+              "micro_batch_tokens")
+    check(cfg.prompts_per_step % cfg.mini_batch_prompts == 0,
+          f"--prompts_per_step {cfg.prompts_per_step} must be a multiple of "
+          f"--mini_batch_prompts {cfg.mini_batch_prompts}")
+    check_positive(cfg, "lr", "grad_clip", "temperature", "kv_cache_gb", "gpu_memory_gb")
+    check(0 < cfg.gpu_memory_utilization < 1,
+          f"--gpu_memory_utilization {cfg.gpu_memory_utilization}: must be in (0, 1)")
+    check(cfg.vllm_sleep_level in (1, 2), f"--vllm_sleep_level {cfg.vllm_sleep_level}: expected 1 or 2")
+    # The clip range [1 - eps_low, 1 + eps_high] must hold 1, and a ratio is never below 0.
+    check(cfg.eps_low is None or 0 <= cfg.eps_low <= 1, f"--eps_low {cfg.eps_low}: must be in [0, 1]")
+    check(cfg.eps_high is None or 0 <= cfg.eps_high < math.inf,
+          f"--eps_high {cfg.eps_high}: must be >= 0 and finite")
+    # The dual clip caps a negative-advantage token's loss at c|A|; at c <= 1 it would cut
+    # below the clipped PPO loss itself.
+    check(1 < cfg.dual_clip < math.inf, f"--dual_clip {cfg.dual_clip}: must be > 1 and finite")
+    for name in ("adam_beta1", "adam_beta2"):
+        check(0 <= getattr(cfg, name) < 1, f"--{name} {getattr(cfg, name)}: must be in [0, 1)")
+    check(0 < cfg.top_p <= 1, f"--top_p {cfg.top_p}: must be in (0, 1]")
+    check_task_flags(cfg, tasks)
+    check_flags_act(cfg)
+    if cfg.plan:               # a plan needs the model's config.json and nothing else
+        check(Path(cfg.model, "config.json").is_file(), f"--model {cfg.model}: --plan needs a folder "
+              "with a config.json (e.g. ../shared/data/models/qwen2.5-7b)")
+        return
+    check_inputs(cfg, tasks[cfg.task])
+    check_out_dir(cfg.out_dir, "--out_dir", known=TRAIN_OUTPUTS)
+
+
+def check_flags_act(cfg):
+    """A flag set to a value that cannot act in this run is refused, never recorded in run.json as
+    if it had acted (--ds_grpo true --gamma 1 trained exactly as --gamma 0)."""
+    idle = {"gamma": cfg.ds_grpo and "--ds_grpo true weights no advantage by (1 - mu_hat)^gamma",
+            "norm_std": cfg.ds_grpo and "--ds_grpo true always divides by the population std",
+            "dual_clip": cfg.loss == "cispo" and "--loss cispo has no dual clip (Eqs. 15-16)",
+            "eval_every": cfg.eval_mazes == 0 and "--eval_mazes 0 evaluates nothing",
+            "eval_samples": cfg.eval_mazes == 0 and "--eval_mazes 0 evaluates nothing",
+            "nproc": not cfg.plan and "only --plan true reads it (a run uses its own world size)",
+            "gpu_memory_gb": not cfg.plan and "only --plan true reads it (a run reads its device's)"}
+    for name, why in idle.items():
+        value = getattr(cfg, name)
+        check(not why or value == type(cfg).__dataclass_fields__[name].default,
+              f"--{name} {value}: {why}; leave it out")
+
+
+def check_inputs(cfg, entry):
+    """The model and tokenizer exist and are what they claim, and the task's own inputs (entry.check),
+    before anything loads."""
+    check(cfg.model != "tiny" or cfg.tokenizer or entry.tokenizer, f"--tokenizer: --model tiny "
+          f"has random weights and --task {cfg.task} brings no tokenizer of its own; pass a tokenizer folder, "
+          "e.g. ../shared/data/tokenizers/qwen2.5")
+    if cfg.model != "tiny":
+        check_pretrained(cfg.model, "--model", tokenizer=not cfg.tokenizer)
+    if cfg.tokenizer:
+        check_pretrained(cfg.tokenizer, "--tokenizer", model=False)
+    if entry.check:
+        entry.check(cfg)
+
+
+def check_task_flags(cfg, tasks):
+    """A task flag (one that some row of `tasks` lists) that this task does not read must keep its
+    default: a value the run would silently drop is refused instead."""
+    reads, task_flags = tasks[cfg.task].flags, {name for entry in tasks.values() for name in entry.flags}
+    for f in dataclasses.fields(cfg):
+        if f.name in task_flags and f.name not in reads and getattr(cfg, f.name) != f.default:
+            check(False, f"--{f.name} {getattr(cfg, f.name)}: --task {cfg.task} ignores it (it reads "
+                  f"{' '.join('--' + n for n in reads) or 'no task flag'}); leave it out")
+
+
+def check_environment(cfg, entry):
+    """At start-up, exit 2 in one line when the run needs a package beyond requirements.txt that is not
+    installed (the task's, entry.packages; vLLM; wandb) or a GPU this torch cannot see, or sets an engine
+    flag its engine does not read; the line names the flag and the fix. Not part of check_config: a
+    Config must build where these are missing (bench/gpu_check.py builds one on a GPU image without them)."""
+    try:
+        check_device(cfg.device)
+    except ValueError as e:
+        refuse(e)
+    device = device_type(cfg)
+    engine = engine_kind(cfg, device)
+    vllm_fix = ("needs vLLM: pip install -r requirements-gpu.txt" if cfg.engine == "vllm" else
+                "uses vLLM on CUDA, which is not installed: pip install -r requirements-gpu.txt, or pass "
+                "--engine torch")
+    needs = [*(entry.packages(cfg) if entry.packages else []),
+             ("vllm", engine == "vllm", f"--engine {cfg.engine}", vllm_fix),
+             ("wandb", cfg.wandb, "--wandb true", "needs wandb (optional, not in any requirements file): "
+              "pip install wandb")]
+    for package, needed, flag, fix in needs:
+        if needed and importlib.util.find_spec(package) is None:
+            refuse(f"{flag}: {fix}")
+    # Engine flags act on one engine only: set for any other run they are refused, never recorded in
+    # run.json as if they had acted.
+    acts = {"enforce_eager": ("vllm", "cuda"), "vllm_sleep_level": ("vllm", "cuda"),
+            "gpu_memory_utilization": ("vllm", "cuda"), "kv_cache_gb": ("torch", None)}
+    for name, (kind, on) in acts.items():
+        value = getattr(cfg, name)
+        if value != type(cfg).__dataclass_fields__[name].default and (engine != kind or on not in (None, device)):
+            where = "vLLM on CUDA" if on else "TorchEngine (--engine torch)"
+            refuse(f"--{name} {value}: acts only on {where}, and this run samples with --engine {engine} "
+                   f"on {device}; leave it out")
+
+
+def batch_problems(cfg, world):
+    """The global batch is fixed by config; the world size only changes each rank's share, which must
+    be whole. check_run refuses the first of these, in one line."""
+    return [f"--{name} {getattr(cfg, name)} must be divisible by the world size {world}"
+            for name in ("prompts_per_step", "mini_batch_prompts") if getattr(cfg, name) % world]
