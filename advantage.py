@@ -14,7 +14,9 @@ What lives here, by equation of arXiv 2602.06717 (v2):
     ds_grpo_advantages                    DS-GRPO control: a best guess, the paper gives no formula
     low_lr_multiplier                     m_gamma of the low-LR control (Appendix N)
     tail_miss_probability  Lemma 3.1      Pr(active group that misses a rare correct subset E)
+    delta_logits, delta_Q_pos, delta_Q_u_pos   Eq. 5, Hu et al. Eq. 17, Eq. 10 (Prop. 3.2): one step's change
     pass_at_k              Eq. 27         unbiased pass@k from c correct of n samples (and its tables)
+    subsample_test         App. Q         the paired m-out-of-n test between two evaluations
 
 Choices the paper leaves open, all verl defaults since the paper ran verl:
 1) std in Eq. 3 is the unbiased (N-1) one and eps = 1e-6.
@@ -284,6 +286,48 @@ def tail_miss_argmax(mu_pos, tau, n_max=1 << 17):
 
 
 # -----------------------------------------------------------------------------
+# One-step theory of the categorical policy (Sec. 2.3, Eq. 5; Prop. 3.2, Eq. 10): simulate.py. The rewards R_c,
+# R_w are whatever enters the surrogate: raw rewards as in Hu et al., or the simulation's centred R - mean R.
+
+def batch_sums(p, correct, sampled, r_correct, r_wrong):
+    """The sums of Eq. 5, Hu et al. Eq. 17 and Prop. 3.2 for one batch.
+    p (K,), correct (K,) bool, sampled (K,) counts or bool."""
+    p, pos, s = (np.asarray(p, dtype=np.float64), np.asarray(correct, bool), np.asarray(sampled) > 0)
+    A, B, U = s & pos, s & ~pos, ~s                        # A, B: distinct sampled correct / wrong actions
+    P_pos, P_neg = p[A].sum(), p[B].sum()
+    return dict(Q_pos=p[pos].sum(), P_pos=P_pos, P_neg=P_neg, A_2=(p[A] ** 2).sum(), B_2=(p[B] ** 2).sum(),
+                U_pos2=(p[U & pos] ** 2).sum(), U_neg2=(p[U & ~pos] ** 2).sum(), U_2=(p[U] ** 2).sum(),
+                S_R=r_correct * P_pos + r_wrong * P_neg)      # batch baseline S_R
+
+
+def delta_logits(p, correct, sampled, r_correct, r_wrong, eta, N):
+    """Eq. 5: dz_i = eta/N p_i (R_i - S_R) on A u B, -eta/N S_R p_i on U; = eta * grad of (1/N) sum_{A u B} R p."""
+    p, pos, s = (np.asarray(p, dtype=np.float64), np.asarray(correct, bool), np.asarray(sampled) > 0)
+    S_R = batch_sums(p, pos, s, r_correct, r_wrong)["S_R"]
+    R = np.where(pos, r_correct, r_wrong) * s                # unsampled actions carry no reward
+    return eta / N * p * (R - S_R)                          # (K,)
+
+
+def delta_Q_pos(p, correct, sampled, r_correct, r_wrong, eta, N):
+    """First-order change of Q_pos, Hu et al. Eq. 17 (Sec. 2.3):
+    eta/N [(R_c - S_R) Q_neg A_2 + (S_R - R_w) Q_pos B_2 + S_R (Q_pos U_neg,2 - Q_neg U_pos,2)]."""
+    b = batch_sums(p, correct, sampled, r_correct, r_wrong)
+    Q_pos, S_R = b["Q_pos"], b["S_R"]
+    Q_neg = 1.0 - Q_pos
+    return eta / N * ((r_correct - S_R) * Q_neg * b["A_2"] + (S_R - r_wrong) * Q_pos * b["B_2"]
+                      + S_R * (Q_pos * b["U_neg2"] - Q_neg * b["U_pos2"]))
+
+
+def delta_Q_u_pos(p, correct, sampled, r_correct, r_wrong, eta, N):
+    """First-order change of the unsampled-correct mass Q_u,pos = Q_pos - P_pos, Eq. 10 (Prop. 3.2):
+    eta/N [-S_R U_pos,2 - Q_u,pos ((R_c - S_R) A_2 + (R_w - S_R) B_2 - S_R U_2)]."""
+    b = batch_sums(p, correct, sampled, r_correct, r_wrong)
+    S_R, Q_u_pos = b["S_R"], b["Q_pos"] - b["P_pos"]
+    coupling = (r_correct - S_R) * b["A_2"] + (r_wrong - S_R) * b["B_2"] - S_R * b["U_2"]
+    return eta / N * (-S_R * b["U_pos2"] - Q_u_pos * coupling)
+
+
+# -----------------------------------------------------------------------------
 # pass@k (Chen et al. 2021; Eq. 27; the unbiased estimator in product form): evaluate.py, and the
 # maze's held-out evaluation during training
 
@@ -325,6 +369,44 @@ def pass_at_k_curve(n, counts):
     """{k: mean over problems of pass@k} for k in ks_up_to(n)."""
     c = np.asarray(counts, dtype=np.int64)
     return {k: float(pass_at_k_table(n, k)[c].mean()) for k in ks_up_to(n)}
+
+
+# -----------------------------------------------------------------------------
+# The paired m-out-of-n subsampling test (Appendix Q): evaluate.py --mode compare
+
+def subsample_test(a, b, m=256, iters=50_000, seed=0, groups=(), block=1000):
+    """B minus A, per benchmark and per average of `groups` ((name, benchmarks) pairs), per k = 1, 2, 4, ... <= m.
+
+    a, b: {benchmark: (n, c array)} over the same problems. Each iteration draws, per problem and
+    per model, m of the n samples without replacement; the number correct among them is
+    c' ~ Hypergeometric(c, n - c, m), and pass@k(m, c', k) is a table lookup. Averages are
+    recomputed inside each iteration, so their intervals account for all benchmarks jointly.
+    Returns {name: {k: {diff, lo, hi, significant}}}; significant iff the 95% interval excludes 0.
+    """
+    rng = np.random.default_rng(seed)
+    ks = [k for k in ks_up_to(m) if k <= m]
+    tables = {k: pass_at_k_table(m, k) for k in ks}
+    diffs = {name: {k: np.empty(iters) for k in ks} for name in a}
+    for s in range(0, iters, block):
+        size = min(block, iters - s)
+        for name in a:
+            (n, ca), (_, cb) = a[name], b[name]
+            sa = rng.hypergeometric(ca, n - ca, m, size=(size, len(ca)))      # (size, P)
+            sb = rng.hypergeometric(cb, n - cb, m, size=(size, len(cb)))
+            for k in ks:
+                diffs[name][k][s:s + size] = tables[k][sb].mean(1) - tables[k][sa].mean(1)
+    for group, names in groups:
+        present = [x for x in names if x in diffs]
+        if present:
+            diffs[group] = {k: np.mean([diffs[x][k] for x in present], axis=0) for k in ks}
+    out = {}
+    for name, per_k in diffs.items():
+        out[name] = {}
+        for k, d in per_k.items():
+            lo, hi = np.percentile(d, [2.5, 97.5])
+            out[name][k] = {"diff": float(d.mean()), "lo": float(lo), "hi": float(hi),
+                            "significant": bool(lo > 0 or hi < 0)}
+    return out
 
 
 if __name__ == "__main__":

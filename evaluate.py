@@ -55,7 +55,7 @@ import numpy as np
 import maze
 from fgrpo_utils import ood
 import reward
-from advantage import ks_up_to, pass_at_k_curve, pass_at_k_table
+from advantage import pass_at_k_curve, subsample_test
 from fgrpo_utils.cli import (check, check_choices, check_device, check_min, check_positive, check_pretrained, check_utf8, data_dir, parse_config, refuse)
 from fgrpo_utils.outputs import check_out_file, png_metadata, remove_temp, write_json_out, write_table_out
 
@@ -71,6 +71,7 @@ BENCHMARKS = {
 }
 MATH = ("aime24", "aime25", "amc23", "math500", "minerva", "olympiadbench")
 OOD = ("ifeval", "synlogic", "gpqa")
+AVERAGES = (("math avg", MATH), ("ood avg", OOD))    # what the significance test averages (Table 1's Avg.)
 LABELS = {"aime24": "AIME24", "aime25": "AIME25", "amc23": "AMC23", "math500": "MATH500", "minerva": "Minerva",
           "olympiadbench": "Olympiad", "ifeval": "IFEval", "synlogic": "SynLogic", "gpqa": "GPQA-D",
           "maze": "Maze"}
@@ -667,44 +668,6 @@ def run_select(cfg):
     return write_selection(cfg, cfg.inputs, cfg.out)
 
 
-# -----------------------------------------------------------------------------
-# Paired m-out-of-n subsampling test (Appendix Q)
-
-def subsample_test(a, b, m=256, iters=50_000, seed=0, block=1000):
-    """B minus A, per benchmark and average, per k = 1, 2, 4, ... <= m.
-
-    a, b: {benchmark: (n, c array)} over the same problems. Each iteration draws, per problem and
-    per model, m of the n samples without replacement; the number correct among them is
-    c' ~ Hypergeometric(c, n - c, m), and pass@k(m, c', k) is a table lookup. Averages are
-    recomputed inside each iteration, so their intervals account for all benchmarks jointly.
-    Returns {name: {k: {diff, lo, hi, significant}}}; significant iff the 95% interval excludes 0.
-    """
-    rng = np.random.default_rng(seed)
-    ks = [k for k in ks_up_to(m) if k <= m]
-    tables = {k: pass_at_k_table(m, k) for k in ks}
-    diffs = {name: {k: np.empty(iters) for k in ks} for name in a}
-    for s in range(0, iters, block):
-        size = min(block, iters - s)
-        for name in a:
-            (n, ca), (_, cb) = a[name], b[name]
-            sa = rng.hypergeometric(ca, n - ca, m, size=(size, len(ca)))      # (size, P)
-            sb = rng.hypergeometric(cb, n - cb, m, size=(size, len(cb)))
-            for k in ks:
-                diffs[name][k][s:s + size] = tables[k][sb].mean(1) - tables[k][sa].mean(1)
-    for group, names in (("math avg", MATH), ("ood avg", OOD)):
-        present = [x for x in names if x in diffs]
-        if present:
-            diffs[group] = {k: np.mean([diffs[x][k] for x in present], axis=0) for k in ks}
-    out = {}
-    for name, per_k in diffs.items():
-        out[name] = {}
-        for k, d in per_k.items():
-            lo, hi = np.percentile(d, [2.5, 97.5])
-            out[name][k] = {"diff": float(d.mean()), "lo": float(lo), "hi": float(hi),
-                            "significant": bool(lo > 0 or hi < 0)}
-    return out
-
-
 def run_compare(cfg):
     ra, rb = (load_result(p) for p in cfg.inputs)           # alike: Config.check_files
     a, b = {}, {}
@@ -715,7 +678,7 @@ def run_compare(cfg):
         check(ba["ids"] == bb["ids"] and ba["n"] == bb["n"], f"--inputs: {name} has different problems or n")
         check(cfg.m <= ba["n"], f"--m {cfg.m}: larger than n = {ba['n']} of {name}")
         a[name], b[name] = (ba["n"], np.asarray(ba["c"])), (bb["n"], np.asarray(bb["c"]))
-    res = subsample_test(a, b, cfg.m, cfg.iters, cfg.seed)
+    res = subsample_test(a, b, cfg.m, cfg.iters, cfg.seed, groups=AVERAGES)
     for name, per_k in res.items():
         cells = [f"k={k}: {100 * v['diff']:+.1f} [{100 * v['lo']:+.1f}, {100 * v['hi']:+.1f}]"
                  + ("*" if v["significant"] else "") for k, v in per_k.items() if k in (1, cfg.m)]

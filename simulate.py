@@ -51,7 +51,8 @@ from queue import Empty
 import numpy as np
 import torch
 
-from advantage import focal_weight, group_advantages, success_rate, tail_miss_argmax, tail_miss_probability
+from advantage import (delta_Q_pos, delta_Q_u_pos, focal_weight, group_advantages, success_rate, tail_miss_argmax,
+                       tail_miss_probability)
 from fgrpo_utils.cli import check, check_choices, check_positive, parse_config, refuse
 from fgrpo_utils.outputs import (atomic_write_json, atomic_write_text, check_out_dir, code_hashes, mark_out_dir, remove_temp)
 
@@ -120,48 +121,6 @@ class Config:
         # Before any compute, never over what is not ours: what the marker lists, and the temps of a
         # killed write (removed by main), which may come before the first marker.
         check_out_dir(self.out_dir, known=[f".{n}.tmp.*" for n in OUTPUTS])
-
-
-# -----------------------------------------------------------------------------
-# One-step theory (Sec. 2.3, Eq. 5; Prop. 3.2, Eq. 10). The rewards R_c, R_w are whatever enters the surrogate: raw
-# rewards as in Hu et al., or the simulation's centred R - mean R.
-
-def batch_sums(p, correct, sampled, r_correct, r_wrong):
-    """The sums of Eq. 5, Hu et al. Eq. 17 and Prop. 3.2 for one batch.
-    p (K,), correct (K,) bool, sampled (K,) counts or bool."""
-    p, pos, s = (np.asarray(p, dtype=np.float64), np.asarray(correct, bool), np.asarray(sampled) > 0)
-    A, B, U = s & pos, s & ~pos, ~s                        # A, B: distinct sampled correct / wrong actions
-    P_pos, P_neg = p[A].sum(), p[B].sum()
-    return dict(Q_pos=p[pos].sum(), P_pos=P_pos, P_neg=P_neg, A_2=(p[A] ** 2).sum(), B_2=(p[B] ** 2).sum(),
-                U_pos2=(p[U & pos] ** 2).sum(), U_neg2=(p[U & ~pos] ** 2).sum(), U_2=(p[U] ** 2).sum(),
-                S_R=r_correct * P_pos + r_wrong * P_neg)      # batch baseline S_R
-
-
-def delta_logits(p, correct, sampled, r_correct, r_wrong, eta, N):
-    """Eq. 5: dz_i = eta/N p_i (R_i - S_R) on A u B, -eta/N S_R p_i on U; = eta * grad of (1/N) sum_{A u B} R p."""
-    p, pos, s = (np.asarray(p, dtype=np.float64), np.asarray(correct, bool), np.asarray(sampled) > 0)
-    S_R = batch_sums(p, pos, s, r_correct, r_wrong)["S_R"]
-    R = np.where(pos, r_correct, r_wrong) * s                # unsampled actions carry no reward
-    return eta / N * p * (R - S_R)                          # (K,)
-
-
-def delta_Q_pos(p, correct, sampled, r_correct, r_wrong, eta, N):
-    """First-order change of Q_pos, Hu et al. Eq. 17 (Sec. 2.3):
-    eta/N [(R_c - S_R) Q_neg A_2 + (S_R - R_w) Q_pos B_2 + S_R (Q_pos U_neg,2 - Q_neg U_pos,2)]."""
-    b = batch_sums(p, correct, sampled, r_correct, r_wrong)
-    Q_pos, S_R = b["Q_pos"], b["S_R"]
-    Q_neg = 1.0 - Q_pos
-    return eta / N * ((r_correct - S_R) * Q_neg * b["A_2"] + (S_R - r_wrong) * Q_pos * b["B_2"]
-                      + S_R * (Q_pos * b["U_neg2"] - Q_neg * b["U_pos2"]))
-
-
-def delta_Q_u_pos(p, correct, sampled, r_correct, r_wrong, eta, N):
-    """First-order change of the unsampled-correct mass Q_u,pos = Q_pos - P_pos, Eq. 10 (Prop. 3.2):
-    eta/N [-S_R U_pos,2 - Q_u,pos ((R_c - S_R) A_2 + (R_w - S_R) B_2 - S_R U_2)]."""
-    b = batch_sums(p, correct, sampled, r_correct, r_wrong)
-    S_R, Q_u_pos = b["S_R"], b["Q_pos"] - b["P_pos"]
-    coupling = (r_correct - S_R) * b["A_2"] + (r_wrong - S_R) * b["B_2"] - S_R * b["U_2"]
-    return eta / N * (-S_R * b["U_pos2"] - Q_u_pos * coupling)
 
 
 # -----------------------------------------------------------------------------

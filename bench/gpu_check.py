@@ -51,7 +51,7 @@ from transformers import Qwen2Config, Qwen2ForCausalLM
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import maze  # noqa: E402
-from fgrpo_utils import distributed, memory_plan, policy  # noqa: E402
+from fgrpo_utils import distributed, memory_plan  # noqa: E402
 import train  # noqa: E402
 from fgrpo_utils.cli import check, check_device, check_min, check_positive, parse_config  # noqa: E402
 from fgrpo_utils.outputs import check_out_file, write_json_out  # noqa: E402

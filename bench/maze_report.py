@@ -42,7 +42,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import evaluate  # noqa: E402
 from maze_converge import stop_step  # noqa: E402
-from advantage import pass_at_k_table  # noqa: E402
+from advantage import pass_at_k_table, subsample_test  # noqa: E402
 from fgrpo_utils.cli import check, check_min, parse_config  # noqa: E402
 from fgrpo_utils.outputs import check_out_file, png_metadata, write_table_out  # noqa: E402
 
@@ -248,8 +248,8 @@ def table(runs, sft, cfg):
             if a is None or b is None:
                 continue
             rule = r["rule"]
-            res = evaluate.subsample_test({"maze": (a["n"], np.asarray(a[f"c_{rule}"]))},
-                                          {"maze": (b["n"], np.asarray(b[f"c_{rule}"]))}, cfg.m, cfg.iters)["maze"]
+            res = subsample_test({"maze": (a["n"], np.asarray(a[f"c_{rule}"]))},
+                                 {"maze": (b["n"], np.asarray(b[f"c_{rule}"]))}, cfg.m, cfg.iters)["maze"]
             cells = [f"{100 * res[k]['diff']:+.1f} [{100 * res[k]['lo']:+.1f}, {100 * res[k]['hi']:+.1f}]"
                      + ("*" if res[k]["significant"] else "") for k in (1, cfg.m)]
             lines.append(f"| {N} | {ARMS.get(gamma, gamma)} | {s} | " + " | ".join(cells) + " |")

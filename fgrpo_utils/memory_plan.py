@@ -263,25 +263,10 @@ def plan(cfg, world, gpu_memory_gb=80.0, config=None, lengths=None):
     row("unsharded units (params + grads)", 0, d * units + (d * m["root"] + (d + 4 * mixed) * m["block"]), 0,
         f"root {m['root'] / 1e6:.0f}M ({'tied' if m['tied'] else 'untied'}) + 2 blocks of "
         f"{m['block'] / 1e6:.0f}M in {'bf16' if mixed else 'fp32'}; root + 1 block of grads", step_b=0)
-    V, h = m["V"], m["h"]
-
-    def update_bytes(rows_, row_len, per_row):
-        """(activations, head, per-token bytes, chunk, completion tokens) of one micro-batch shape."""
-        masked = rows_ > 1 or cfg.share_prompts            # one unpadded row: causal, no mask
-        per_tok = activation_bytes_per_token(config, d, ckpt, mask_len=row_len if masked else 0,
-                                             repeat_kv=masked and mixed)
-        final_norm = (4 + d) * h                            # its fp32 copy and cast, all positions
-        mask = rows_ * row_len ** 2 if masked else 0        # the bool (rows, 1, T, T) mask, once
-        # backward through one layer: the gradients of its MLP intermediates and of the hidden state
-        per_tok += final_norm + 3 * d * m["I"] + 2 * d * h
-        completion = rows_ * min(per_row * Lr, row_len - 1)    # every row holds >= 1 prompt token
-        chunk = min(CHUNK_BYTES, completion * V * 4 * CHUNK_TEMPS)   # z and p, (chunk, V) fp32
-        head = chunk + 2 * completion * h * d              # dW is the head's gradient: counted above
-        return rows_ * row_len * per_tok + mask, head, per_tok, chunk, completion
-
     shapes = micro_batch_shapes(cfg, (Lp, Lr))
-    rows_, row_len, per_row = max(shapes, key=lambda s: sum(update_bytes(*s)[:2]))   # the largest
-    act, head, per_tok, chunk, completion = update_bytes(rows_, row_len, per_row)
+    shape_bytes = lambda s: micro_batch_bytes(cfg, m, d, ckpt, Lr, *s)    # noqa: E731
+    rows_, row_len, per_row = max(shapes, key=lambda s: sum(shape_bytes(s)[:2]))   # the largest
+    act, head, per_tok, chunk, completion = shape_bytes((rows_, row_len, per_row))
     tokens = rows_ * row_len
     span = f"{shapes[0][0]} x {shapes[0][1]} .. {shapes[-1][0]} x {shapes[-1][1]}"
     row("activations", 0, act, 0,
@@ -295,28 +280,9 @@ def plan(cfg, world, gpu_memory_gb=80.0, config=None, lengths=None):
         row("reference model", 4 * P / W, 4 * P / W + d * units, 4 * P / W,
             "sharded fp32 copy, its units unsharded in its forward", "--kl_coef 0", step_b=4 * P / W)
 
+    V, h = m["V"], m["h"]
     rank_rows = cfg.prompts_per_step // W * cfg.group_size  # rows one rank samples per step
-    if engine == "vllm":
-        share = cfg.gpu_memory_utilization * gpu_memory_gb * GiB if mixed else 0
-        row("rollout engine (vLLM)", share, 0, 2 * P, f"{cfg.gpu_memory_utilization:.2f} of the device sampling; "
-            "asleep in the update; bf16 weights in the sync", "--gpu_memory_utilization")
-        level = getattr(cfg, "vllm_sleep_level", 2)
-        host = vllm_pinned_bytes(m) if mixed and level == 1 else 0
-        kv_tok = kv_bytes_per_token(config, torch.bfloat16 if mixed else torch.float32)
-        kv_tokens = max(0, share - 2 * P - VLLM_OVERHEAD_GIB * GiB) // kv_tok if mixed else 0
-    else:
-        weights = 2 * P if mixed else 4 * P
-        b = min(ENGINE_MAX_BATCH, rank_rows)                # rows per engine forward
-        prompts = max(1, b // cfg.group_size)
-        kv_tok = kv_bytes_per_token(config, torch.bfloat16 if mixed else torch.float32)
-        kv = min(cfg.kv_cache_gb * GiB, kv_tok * (prompts * Lp + b * Lr))
-        sampling = b * V * (4 + 8)                          # fp32 logprobs + float64 cdf
-        prefill = prompts * Lp * (3 * m["I"] + 4 * h) * d   # one layer's MLP, transient
-        row("rollout engine (TorchEngine)", weights + kv + max(sampling, prefill), weights, weights,
-            f"unsharded {'bf16' if mixed else 'fp32'} weights always; KV {g(kv):.1f} GiB, sampling/prefill "
-            "while it samples", "--kv_cache_gb")
-        host, level = 0, None
-        kv_tokens = cfg.kv_cache_gb * GiB // kv_tok
+    host, level, kv_tokens = engine_rows(cfg, m, engine, d, gpu_memory_gb * GiB, rank_rows, Lp, Lr, row)
     # the KV cache against the step's worst case: every row of this rank's share at full length
     kv_info = dict(tokens=int(kv_tokens), worst_tokens=rank_rows * (Lp + Lr), rows=rank_rows,
                    rows_at_once=int(min(rank_rows, kv_tokens // (Lp + Lr))))
@@ -334,17 +300,64 @@ def plan(cfg, world, gpu_memory_gb=80.0, config=None, lengths=None):
     peak = phases[peak_phase]
     largest = max(R, key=lambda r: getattr(r, peak_phase))
 
+    disk = disk_plan(cfg, P)
+    return Plan(str(cfg.model), W, device, engine, R, phases, peak, peak_phase, float(gpu_memory_gb),
+                peak <= gpu_memory_gb, largest,
+                dict(rows=rows_, row_len=row_len, tokens=tokens, completion_tokens=completion, checkpointing=ckpt),
+                {k: m[k] for k in ("total", "root", "block", "layers", "tied")}, g(host), disk, host_info, kv_info)
+
+
+def micro_batch_bytes(cfg, m, d, ckpt, Lr, rows_, row_len, per_row):
+    """(activations, head, per-token bytes, chunk, completion tokens) of one micro-batch shape (rows,
+    padded row length, sequences per row), in d-byte compute, checkpointing `ckpt`."""
+    mixed, h = d == 2, m["h"]
+    masked = rows_ > 1 or cfg.share_prompts            # one unpadded row: causal, no mask
+    per_tok = activation_bytes_per_token(m["config"], d, ckpt, mask_len=row_len if masked else 0,
+                                         repeat_kv=masked and mixed)
+    final_norm = (4 + d) * h                            # its fp32 copy and cast, all positions
+    mask = rows_ * row_len ** 2 if masked else 0        # the bool (rows, 1, T, T) mask, once
+    # backward through one layer: the gradients of its MLP intermediates and of the hidden state
+    per_tok += final_norm + 3 * d * m["I"] + 2 * d * h
+    completion = rows_ * min(per_row * Lr, row_len - 1)    # every row holds >= 1 prompt token
+    chunk = min(CHUNK_BYTES, completion * m["V"] * 4 * CHUNK_TEMPS)   # z and p, (chunk, V) fp32
+    head = chunk + 2 * completion * h * d              # dW is the head's gradient: counted with the weights
+    return rows_ * row_len * per_tok + mask, head, per_tok, chunk, completion
+
+
+def engine_rows(cfg, m, engine, d, device_bytes, rank_rows, Lp, Lr, row):
+    """The rollout engine's row of the plan (through `row`); returns (host bytes per rank, vLLM sleep
+    level or None, KV-cache tokens per rank)."""
+    P, V, h, mixed = m["total"], m["V"], m["h"], d == 2
+    kv_tok = kv_bytes_per_token(m["config"], torch.bfloat16 if mixed else torch.float32)
+    if engine == "vllm":
+        share = cfg.gpu_memory_utilization * device_bytes if mixed else 0
+        row("rollout engine (vLLM)", share, 0, 2 * P, f"{cfg.gpu_memory_utilization:.2f} of the device sampling; "
+            "asleep in the update; bf16 weights in the sync", "--gpu_memory_utilization")
+        level = getattr(cfg, "vllm_sleep_level", 2)
+        host = vllm_pinned_bytes(m) if mixed and level == 1 else 0
+        return host, level, (max(0, share - 2 * P - VLLM_OVERHEAD_GIB * GiB) // kv_tok if mixed else 0)
+    weights = 2 * P if mixed else 4 * P
+    b = min(ENGINE_MAX_BATCH, rank_rows)                # rows per engine forward
+    prompts = max(1, b // cfg.group_size)
+    kv = min(cfg.kv_cache_gb * GiB, kv_tok * (prompts * Lp + b * Lr))
+    sampling = b * V * (4 + 8)                          # fp32 logprobs + float64 cdf
+    prefill = prompts * Lp * (3 * m["I"] + 4 * h) * d   # one layer's MLP, transient
+    row("rollout engine (TorchEngine)", weights + kv + max(sampling, prefill), weights, weights,
+        f"unsharded {'bf16' if mixed else 'fp32'} weights always; KV {kv / GiB:.1f} GiB, sampling/prefill "
+        "while it samples", "--kv_cache_gb")
+    return 0, None, cfg.kv_cache_gb * GiB // kv_tok
+
+
+def disk_plan(cfg, P):
+    """GiB on disk for the whole run: a checkpoint (12 bytes a parameter), those kept while the newest is
+    written, an export, and how many exports the run writes (one per math epoch, and --export_every)."""
     n_exports = 0
     if getattr(cfg, "task", "math") == "math":
         n_exports += math.ceil(cfg.steps * cfg.prompts_per_step / MATH_PROMPTS)
     if getattr(cfg, "export_every", 0):
         n_exports += cfg.steps // cfg.export_every
-    disk = dict(checkpoint=g(12 * P), checkpoints=g(12 * P) * (cfg.keep_checkpoints + 1),
-                export=g(4 * P), exports=n_exports, exports_total=g(4 * P) * n_exports)
-    return Plan(str(cfg.model), W, device, engine, R, phases, peak, peak_phase, float(gpu_memory_gb),
-                peak <= gpu_memory_gb, largest,
-                dict(rows=rows_, row_len=row_len, tokens=tokens, completion_tokens=completion, checkpointing=ckpt),
-                {k: m[k] for k in ("total", "root", "block", "layers", "tied")}, g(host), disk, host_info, kv_info)
+    return dict(checkpoint=12 * P / GiB, checkpoints=12 * P / GiB * (cfg.keep_checkpoints + 1),
+                export=4 * P / GiB, exports=n_exports, exports_total=4 * P / GiB * n_exports)
 
 
 def vllm_pinned_bytes(m):

@@ -1,8 +1,7 @@
 """
 What train.py checks before any work, each problem refused in one line with exit status 2: its flags
 (check_config, the body of Config.__post_init__), the task's flags and inputs, then at start-up
-the packages, the device and the engine flags (check_environment) and the batch against the world
-size (batch_problems). Tasks come in as train.py's table (`tasks`, a TaskEntry per name): nothing
+the packages, the device and the engine flags (check_environment). Tasks come in as train.py's table (`tasks`, a TaskEntry per name): nothing
 here imports a script.
 """
 import dataclasses
@@ -126,10 +125,3 @@ def check_environment(cfg, entry):
             where = "vLLM on CUDA" if on else "TorchEngine (--engine torch)"
             refuse(f"--{name} {value}: acts only on {where}, and this run samples with --engine {engine} "
                    f"on {device}; leave it out")
-
-
-def batch_problems(cfg, world):
-    """The global batch is fixed by config; the world size only changes each rank's share, which must
-    be whole. check_run refuses the first of these, in one line."""
-    return [f"--{name} {getattr(cfg, name)} must be divisible by the world size {world}"
-            for name in ("prompts_per_step", "mini_batch_prompts") if getattr(cfg, name) % world]

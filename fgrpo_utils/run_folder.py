@@ -141,7 +141,9 @@ def lock_out_dir(out):
     """Take an OS lock on out_dir/.train.lock for this run's lifetime (rank 0), so that a second
     train.py on the same folder, fresh or --resume, is refused at once instead of interleaving its
     metrics and checkpoints with ours. The kernel drops the lock when the process dies, however it
-    dies, so a killed run never blocks its own resume. Returns [problem] or []."""
+    dies, so a killed run never blocks its own resume. Returns [problem] or []. Not the `filelock`
+    package: its 3.x releases (what many torch installs bring) open with O_TRUNC, erasing the holder's
+    "pid N" line at every refused attempt, and follow a symlink put in the lock's place."""
     global _lock
     out.mkdir(parents=True, exist_ok=True)
     path = out / LOCK

@@ -32,7 +32,8 @@ def test_curve_and_averages():
 def test_subsample_identical_inputs_not_significant():
     rng = np.random.default_rng(0)
     c = rng.binomial(64, rng.uniform(0, 1, 50))
-    res = evaluate.subsample_test({"math500": (64, c)}, {"math500": (64, c.copy())}, m=16, iters=2000)
+    res = advantage.subsample_test({"math500": (64, c)}, {"math500": (64, c.copy())}, m=16, iters=2000,
+                                   groups=evaluate.AVERAGES)
     assert not any(v["significant"] for per_k in res.values() for v in per_k.values())
     assert abs(res["math500"][1]["diff"]) < 0.01 and set(res) == {"math500", "math avg"}
 
@@ -41,8 +42,8 @@ def test_subsample_planted_difference_found():
     rng = np.random.default_rng(1)
     p = rng.uniform(0, 0.3, 100)
     ca, cb = rng.binomial(64, p), rng.binomial(64, np.minimum(1, p + 0.15))   # B is better
-    res = evaluate.subsample_test({"aime24": (64, ca), "gpqa": (64, ca)}, {"aime24": (64, cb), "gpqa": (64, ca)},
-                                  m=16, iters=2000)
+    res = advantage.subsample_test({"aime24": (64, ca), "gpqa": (64, ca)}, {"aime24": (64, cb), "gpqa": (64, ca)},
+                                   m=16, iters=2000, groups=evaluate.AVERAGES)
     assert res["aime24"][1]["significant"] and res["aime24"][1]["diff"] > 0.1
     assert res["aime24"][1]["lo"] < res["aime24"][1]["diff"] < res["aime24"][1]["hi"]
     assert not res["gpqa"][1]["significant"] and res["math avg"][16]["significant"]

@@ -165,7 +165,7 @@ def test_policy_logp_float32_and_completion_logp():
 
 def fsdp_worker(out):
     """torchrun worker: a tiny float64 Qwen2, tied and untied, sharded per block + root like
-    train.shard, then policy_logp (values, entropy, parameter gradients) vs the unsharded direct
+    policy.shard, then policy_logp (values, entropy, parameter gradients) vs the unsharded direct
     path, twice in a row; completion_logp on the sharded model; and sync_weights into a bf16 engine."""
     import torch.distributed as dist
     from torch.distributed.fsdp import fully_shard
@@ -184,7 +184,7 @@ def fsdp_worker(out):
         # copies' grads, not these (train.py clears through opt.zero_grad)
         params = dict(model.named_parameters())
         if not tie:
-            register_policy_forward(model)      # as train.shard does; tied: policy_logp's own first-use call
+            register_policy_forward(model)      # as policy.shard does; tied: policy_logp's own first-use call
         for share_prompts in (False, True):
             batch = pack(PROMPTS, COMPLETIONS, 0, share_prompts=share_prompts)
             g = torch.Generator().manual_seed(1)

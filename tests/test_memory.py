@@ -284,7 +284,7 @@ CHILD = textwrap.dedent("""
 @pytest.mark.slow
 def test_plan_matches_peak_rss_of_one_step(data, tmp_path):
     """Qwen2.5-1.5B's config with 2 layers at full width and its full 151,936-token vocabulary, fp32 on
-    the CPU, one row of 64 + 448 tokens through rollout.policy_logp (the trainer's chunked head),
+    the CPU, one row of 64 + 448 tokens through logprob.policy_logp (the trainer's chunked head),
     backward and an AdamW step, in a child process: its peak RSS above the RSS after the imports
     against the plan's params + grads + Adam + activations + head (a plain model: no FSDP units,
     no engine). ~40 s and ~7 GiB."""

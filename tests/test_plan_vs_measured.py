@@ -30,7 +30,7 @@ import pytest
 import torch
 from transformers import AutoConfig
 
-from fgrpo_utils import distributed, memory_plan
+from fgrpo_utils import memory_plan
 import rollout
 from conftest import ROOT
 
@@ -45,6 +45,7 @@ CHILD = textwrap.dedent("""
     import torch
     torch.set_num_threads(1)
     import train
+    from fgrpo_utils import distributed
     from fgrpo_utils.task import Task
     from rollout import mix_seed
     from transformers import AutoConfig, AutoModelForCausalLM

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from fgrpo_utils import outputs
+import advantage
 import simulate as S
 from fgrpo_utils.cli import parse_config
 
@@ -42,7 +43,7 @@ def test_delta_logits_is_eta_times_gradient_of_distinct_surrogate():
     R = torch.where(torch.from_numpy(CORRECT), 1.0, -1.0).double()
     ((R * p)[s].sum() / N).backward()
     eta = 0.3
-    dz = S.delta_logits(p.detach().numpy(), CORRECT, COUNTS, 1.0, -1.0, eta, N)
+    dz = advantage.delta_logits(p.detach().numpy(), CORRECT, COUNTS, 1.0, -1.0, eta, N)
     np.testing.assert_allclose(dz, eta * z.grad.numpy(), rtol=1e-12, atol=1e-15)
 
 
@@ -57,15 +58,15 @@ def test_delta_Q_matches_exact_softmax_to_first_order(r_correct, r_wrong):
     unsampled_correct = CORRECT & (COUNTS == 0)
 
     def exact(eta):
-        dz = S.delta_logits(p, CORRECT, COUNTS, r_correct, r_wrong, eta, N)
+        dz = advantage.delta_logits(p, CORRECT, COUNTS, r_correct, r_wrong, eta, N)
         q = np.exp(z + dz) / np.exp(z + dz).sum()
         return q[CORRECT].sum() - p[CORRECT].sum(), q[unsampled_correct].sum() - p[unsampled_correct].sum()
 
     errors = []
     for eta in (1e-2, 1e-3):
         dQ, dQu = exact(eta)
-        first = (S.delta_Q_pos(p, CORRECT, COUNTS, r_correct, r_wrong, eta, N),
-                 S.delta_Q_u_pos(p, CORRECT, COUNTS, r_correct, r_wrong, eta, N))
+        first = (advantage.delta_Q_pos(p, CORRECT, COUNTS, r_correct, r_wrong, eta, N),
+                 advantage.delta_Q_u_pos(p, CORRECT, COUNTS, r_correct, r_wrong, eta, N))
         assert abs(first[0]) > 0 and abs(first[1]) > 0
         errors.append(np.abs(np.array([dQ, dQu]) - first))
         assert np.all(errors[-1] <= 10 * eta ** 2 / N), (eta, errors[-1])
@@ -78,8 +79,8 @@ def test_unsampled_correct_mass_drops_when_baseline_positive():
     z = random_policy().numpy()
     p = np.exp(z) / np.exp(z).sum()
     counts = np.array([3, 2, 1, 0, 1, 0, 0, 0])         # 6 of 7 draws correct
-    assert S.batch_sums(p, CORRECT, counts, 1.0, -1.0)["S_R"] > 0
-    assert S.delta_Q_u_pos(p, CORRECT, counts, 1.0, -1.0, 0.01, 7) < 0
+    assert advantage.batch_sums(p, CORRECT, counts, 1.0, -1.0)["S_R"] > 0
+    assert advantage.delta_Q_u_pos(p, CORRECT, counts, 1.0, -1.0, 0.01, 7) < 0
 
 
 # -----------------------------------------------------------------------------
