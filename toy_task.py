@@ -4,9 +4,8 @@ A toy task for train.py, written as the example to copy: reverse three digits.
     python train.py --task reverse --model tiny --device cpu --steps 2 --prompts_per_step 8 \\
         --mini_batch_prompts 8 --group_size 4 --warmup_steps 0 --lr 1e-3 --out_dir out/reverse  # seconds
 
-Prompt `<bos> 3 1 4 =`, answer `4 1 3 <eos>`. The reward is the fraction of the answer's four tokens
-that the completion has in place: a partial reward in [0, 1], so even a random policy gets groups
-whose rewards differ (see common.Task for what that does to mu_hat, Eq. 11).
+Prompt `<bos> 3 1 4 =`, answer `4 1 3 <eos>`. The reward is the fraction of the answer's four tokens in place:
+partial, in [0, 1], so even a random policy gets groups whose rewards differ (fgrpo_utils.task.Task: mu_hat, Eq. 11).
 
 A new task is this file, copied, plus one row in train.py's TASKS:
 1) copy this file to my_task.py; change VOCAB, prompt(i), score() and max_new_tokens (and this docstring);
@@ -27,7 +26,6 @@ from rollout import mix_seed
 VOCAB = ["<pad>", "<bos>", "<eos>", "<unk>", "=", *"0123456789"]      # a token's id is its position
 LENGTH = 3                                                             # digits to reverse
 
-
 def build_tokenizer():
     """VOCAB as a Hugging Face tokenizer: whole words split on spaces; encoding adds no tokens."""
     tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(VOCAB)}, unk_token="<unk>"))
@@ -35,9 +33,8 @@ def build_tokenizer():
     return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<bos>", eos_token="<eos>",
                                    pad_token="<pad>", unk_token="<unk>")
 
-
 def make_task(cfg, tokenizer, model_type):
-    """--task reverse as a common.Task. cfg is train.Config (this task reads only cfg.seed); model_type,
+    """--task reverse as a fgrpo_utils.task.Task. cfg is train.Config (this task reads only cfg.seed); model_type,
     the policy's config.model_type, matters only to math (its chat template)."""
     eos = tokenizer.eos_token_id
 

@@ -106,7 +106,7 @@ TINY = dict(prompts=4, group_size=4, prompt_len=16, max_new_tokens=8, maze_size=
 PEAK_TFLOPS = (("H100 PCIe", 756.0), ("H100", 989.0), ("H200", 989.0), ("A100", 312.0))
 
 
-SCRIPT = "bench/gpu_check.py"       # the mark in its --out report (common.is_ours)
+SCRIPT = "bench/gpu_check.py"       # the mark in its --out report (outputs.is_ours)
 
 
 def random_loader(shape, device):
@@ -120,7 +120,7 @@ def random_loader(shape, device):
 
 
 def math_shaped_task(vocab, prompt_len, max_new_tokens, seed):
-    """A common.Task of random prompts: prompt i is prompt_len token ids keyed by (seed, i); the reward
+    """A Task (fgrpo_utils.task) of random prompts: prompt i is prompt_len token ids keyed by (seed, i); the reward
     of a completion is the parity of its crc32 (random, mixed groups, no math-verify); no stop token."""
     def prompt(i):
         g = torch.Generator().manual_seed(mix_seed(seed, i))

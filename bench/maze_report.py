@@ -47,7 +47,7 @@ from fgrpo_utils.cli import check, check_min, parse_config  # noqa: E402
 from fgrpo_utils.outputs import check_out_file, png_metadata, write_table_out  # noqa: E402
 
 
-SCRIPT = "bench/maze_report.py"      # the mark in its figure and table (common.is_ours)
+SCRIPT = "bench/maze_report.py"      # the mark in its figure and table (outputs.is_ours)
 
 
 @dataclass

@@ -19,22 +19,15 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 
-
 def parse_config(cls, argv=None, doc=None):
-    """Build `cls` (a dataclass) from `--name value` flags, one flag per field, names unchanged.
-
-    bool fields take true/false; tuple fields take one or more values (`--gammas 0 1`); a field typed
-    `float | None` takes a float, None being its "not given" default.
-    A Config validates itself in __post_init__ by raising ValueError("--flag ..."); that message is
-    printed as one line and the program exits with status 2, like any other bad flag.
-    --help shows each field's comment in the Config's source (field_comments) and, for a flag with a
-    fixed set of values, those values: the Config's choices(), which check_choices also refuses by.
-
-    Why not a library? transformers.HfArgumentParser passes `--group_sizes 2 8` to a tuple field as
-    strings and lets a Config's ValueError escape as a traceback; tyro prints its errors as a
-    multi-line box and takes booleans as --flag/--no-flag. Either would need private hooks to keep the
-    contract above.
-    """
+    """Build `cls` (a dataclass) from `--name value` flags, one per field, names unchanged. bool fields take
+    true/false; tuple fields one or more values (`--gammas 0 1`); a `float | None` field a float (None: not
+    given). A Config validates itself in __post_init__ by raising ValueError("--flag ..."): printed as one
+    line, exit status 2, like any other bad flag. --help shows each field's source comment (field_comments)
+    and the values of a flag with a fixed set (the Config's choices(), which check_choices refuses by).
+    Why not a library? transformers.HfArgumentParser passes `--group_sizes 2 8` to a tuple field as strings
+    and lets a Config's ValueError escape as a traceback; tyro prints errors as a multi-line box and takes
+    booleans as --flag/--no-flag. Either would need private hooks to keep this contract."""
     hints, comments, choices = typing.get_type_hints(cls), field_comments(cls), choices_of(cls)
     p = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.error = refuse                                 # "--steps abc", "--stpes 2": one line too, not usage + line
@@ -61,7 +54,6 @@ def parse_config(cls, argv=None, doc=None):
     except ValueError as e:
         refuse(e)
 
-
 def field_comments(cls):
     """{field: its comment in cls's source}: the comment on the field's line, and the comment-only
     lines below it indented past the field names (a comment at their indentation heads a group)."""
@@ -79,20 +71,15 @@ def field_comments(cls):
             name = None
     return comments
 
-
 def choices_of(cls):
-    """{field: its allowed values} from cls.choices(), for the flags with a fixed set of values."""
     return cls.choices() if hasattr(cls, "choices") else {}
 
-
 def check_choices(cfg):
-    """Raise ValueError naming the flag unless each field of cfg.choices() holds one of its values
-    (every element, for a tuple field). Configs call it in __post_init__; --help lists the same values."""
+    """ValueError naming the flag unless each field in cfg.choices() holds one of its values (tuples: each)."""
     for name, values in choices_of(cfg).items():
         value = getattr(cfg, name)
         for v in value if isinstance(value, tuple) else (value,):
             check(v in values, f"--{name} {v!r}: expected one of {', '.join(map(str, values))}")
-
 
 def _parse_bool(s):
     if s.lower() in ("1", "true", "yes"):
@@ -101,18 +88,15 @@ def _parse_bool(s):
         return False
     raise argparse.ArgumentTypeError(f"expected true or false, got {s!r}")
 
-
 def refuse(message):
     """The answer to a bad flag or input found before any work: one line on stderr, exit status 2."""
     print(f"error: {message}", file=sys.stderr)
     sys.exit(2)
 
-
 def check(ok, message):
     """Raise ValueError(message) unless ok. Configs call it in __post_init__, naming the flag."""
     if not ok:
         raise ValueError(message)
-
 
 def check_min(cfg, low, *names):
     """low <= --name < inf for each named field of cfg. NaN fails, as it fails every comparison."""
@@ -120,21 +104,17 @@ def check_min(cfg, low, *names):
         value = getattr(cfg, name)
         check(low <= value < math.inf, f"--{name} {value}: must be >= {low}")
 
-
 def check_positive(cfg, *names):
     """0 < --name < inf for each named field of cfg (rates, clips, temperatures)."""
     for name in names:
         value = getattr(cfg, name)
         check(0 < value < math.inf, f"--{name} {value}: must be > 0 and finite")
 
-
 def check_device(device, flag="--device"):
-    """A CUDA device asked for must be one this torch can see: a CPU-only build would otherwise fail
-    with a traceback deep in the first .to(device)."""
+    """A CUDA device asked for must be visible: a CPU-only torch would fail deep in the first .to(device)."""
     import torch
     check(not str(device).startswith("cuda") or torch.cuda.is_available(),
           f"{flag} {device}: this torch ({torch.__version__}) sees no CUDA device; use --device cpu")
-
 
 def check_utf8(path):
     """Raise ValueError('file:line: ...') at the first line of a text file that is not UTF-8.
@@ -147,19 +127,15 @@ def check_utf8(path):
                 raise ValueError(f"{path}:{lineno}: not UTF-8 (byte {line[e.start]:#04x} at column "
                                  f"{e.start + 1})") from None
 
-
 # Files a local model or tokenizer folder holds; any one is enough for AutoTokenizer (or reward.load_tokenizer).
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
 
-
 def check_pretrained(name, flag, model=True, tokenizer=True):
-    """A local folder given as a model (config.json) or tokenizer (TOKENIZER_FILES) must hold one.
-
-    A name that is not a local path is a hub id (ORG/NAME), left to from_pretrained; a bare NAME only
-    when the local Hugging Face cache holds it ("TINY" ended in an offline hub traceback). Without this
-    check a folder with no tokenizer loads as a 1-token tokenizer and fails much later with an unrelated
-    message. "out/maze_sft" counts as local when ./out exists, since a hub id has the same shape.
-    """
+    """A local folder given as a model (config.json) or tokenizer (TOKENIZER_FILES) must hold one: else a
+    folder with no tokenizer loads as a 1-token tokenizer and fails much later with an unrelated message.
+    A non-local name is a hub id (ORG/NAME) left to from_pretrained; a bare NAME only when the local Hugging
+    Face cache holds it ("TINY" ended in an offline hub traceback). "out/maze_sft" is local when ./out
+    exists, since a hub id has the same shape."""
     p = Path(name).expanduser()
     local = p.exists() or name.startswith((".", "/", "~")) or name.count("/") > 1 \
         or ("/" in name and Path(name.split("/")[0]).is_dir())
@@ -175,7 +151,6 @@ def check_pretrained(name, flag, model=True, tokenizer=True):
     if tokenizer:
         check(any((p / f).is_file() for f in TOKENIZER_FILES),
               f"{flag} {name}: no tokenizer in the folder (none of {', '.join(TOKENIZER_FILES)})")
-
 
 def data_dir():
     """The reference data folder: $FGRPO_DATA, else ../shared/data beside the repo."""

@@ -1,8 +1,7 @@
 """
-The process group and what crosses it: torchrun's ranks (or one process that still gets a group of
-one, so one CPU process and 8 GPUs run the same lines), the device --device auto means, the sums
-and maxima the trainer takes over ranks, the gloo group that slow I/O waits in, and rank balancing
-(whole live groups moved so that every rank forwards about as many tokens).
+The process group and what crosses it: torchrun's ranks (one process gets a group of one, so one CPU
+process and 8 GPUs run the same lines), what --device auto means, sums and maxima over ranks, the gloo
+group that slow I/O waits in, and rank balancing.
 """
 import os
 import socket
@@ -13,7 +12,6 @@ import torch
 import torch.distributed as dist
 
 from fgrpo_utils.cli import refuse
-
 
 def init_dist(device):
     """(rank, world, device) of this process, its process group started (nccl on CUDA, gloo on the CPU)."""
@@ -32,29 +30,23 @@ def init_dist(device):
     start_io_group()       # the gloo group with a long timeout that checkpoints and exports wait in
     return dist.get_rank(), dist.get_world_size(), torch.device(device)
 
-
-# While rank 0 writes an export or deletes old checkpoints (tens of GB for a 7B), the other ranks wait
-# in a barrier of their own gloo group with a long timeout, never in the default group's (NCCL: 10 min).
-# Checkpoints are saved and loaded over it too: every rank writes its shards, and the slowest disk sets
-# the pace.
+# While rank 0 writes an export or deletes old checkpoints (tens of GB for a 7B), the other ranks wait in
+# a gloo group of their own with a long timeout, never in the default group's (NCCL: 10 min). DCP saves
+# and loads over it too: every rank writes its shards, and the slowest disk sets the pace.
 IO_TIMEOUT = timedelta(hours=2)
 IO_GROUP = None                  # start_io_group's; read it as distributed.IO_GROUP, never import the name
-
 
 def start_io_group():
     """Create the gloo group for I/O waits; every rank calls it once, right after init_process_group."""
     global IO_GROUP
     IO_GROUP = dist.new_group(backend="gloo", timeout=IO_TIMEOUT)
 
-
 def io_barrier():
     dist.barrier(group=IO_GROUP)
-
 
 def print0(*args):
     if dist.get_rank() == 0:
         print(*args, flush=True)
-
 
 def all_sum(x):
     """Sum a float or tensor over ranks (as float64 on the CPU, so gloo and nccl both work)."""
@@ -62,22 +54,18 @@ def all_sum(x):
     dist.all_reduce(t)
     return t.cpu()
 
-
 def all_max(x):
     t = torch.as_tensor(x, dtype=torch.float64, device=_comm_device())
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
     return t.cpu()
 
-
 def _comm_device():
     return torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else "cpu"
 
-
 def auto_device():
-    """--device auto: CUDA when this torch sees a GPU, else the CPU, but only for one process. Under
-    torchrun (WORLD_SIZE > 1) a node without usable CUDA (a CPU build of torch, or a driver older than
-    the CUDA build needs) would otherwise become an N-rank CPU run holding N copies of the model in
-    host RAM: refuse it in one line, before any work."""
+    """--device auto: CUDA when this torch sees a GPU, else the CPU, for one process only. Under torchrun a
+    node without usable CUDA (a CPU build of torch, a driver older than its CUDA build needs) would become
+    an N-rank CPU run holding N copies of the model in host RAM: exit 2 in one line, before any work."""
     if torch.cuda.is_available():
         return "cuda"
     world = int(os.environ.get("WORLD_SIZE", "1"))
@@ -91,11 +79,9 @@ def auto_device():
                "pass --device cpu to force a CPU run")
     return "cpu"
 
-
 def device_type(cfg):
     """"cuda" or "cpu": what --device auto means on this machine."""
     return cfg.device if cfg.device != "auto" else auto_device()
-
 
 def batch_problems(cfg, world):
     """The global batch is fixed by config; the world size only changes each rank's share, which must
@@ -103,16 +89,14 @@ def batch_problems(cfg, world):
     return [f"--{name} {getattr(cfg, name)} must be divisible by the world size {world}"
             for name in ("prompts_per_step", "mini_batch_prompts") if getattr(cfg, name) % world]
 
-
 # -----------------------------------------------------------------------------
 # Rank balancing: each update waits for its busiest rank
 
 def assign_groups(costs, world):
-    """costs[r]: the tokens each of rank r's groups forwards (0: skipped). Returns dest[r][j], the
-    rank group j of rank r goes to: every rank keeps its groups, largest first, while its load stays
-    within the mean; the rest go, largest first, to the least-loaded rank (LPT: the busiest ends
-    within one group of the mean). Where that would not lower the busiest load, or would leave a
-    rank with nothing to forward, nothing moves. Deterministic, so every rank computes the same answer."""
+    """costs[r]: the tokens each of rank r's groups forwards (0: skipped). Returns dest[r][j], the rank group
+    j of rank r goes to: every rank keeps its groups, largest first, while its load stays within the mean;
+    the rest go, largest first, to the least-loaded rank (LPT: the busiest ends within one group of the
+    mean). Nothing moves unless that lowers the busiest load and idles no rank. Deterministic: ranks agree."""
     mean = sum(map(sum, costs)) / world
     dest, load, pool = [[r] * len(c) for r, c in enumerate(costs)], [0] * world, []
     for r, cs in enumerate(costs):
@@ -128,19 +112,16 @@ def assign_groups(costs, world):
         return [[r] * len(c) for r, c in enumerate(costs)]
     return dest
 
-
 def balance_ranks(cfg, prompts, completions, A, live, num_minibatches, rank, world):
-    """Whole live groups moved between ranks, mini-batch by mini-batch, so that every rank forwards
-    about as many tokens: each update waits for its busiest rank, and the groups skip_dead skips and
-    completions of unlike length leave some ranks far busier than others. A moved group takes its
-    prompt, completions and advantages along; the skipped ones stay, so the global counts the loss
-    divides by are unchanged, and the gradient with them (up to the order of the sum).
-    Returns (mbs, back, busiest): mbs, this rank's mini-batches, each (prompts, completions, A,
-    origin), origin[i] the (rank, index there) sequence i came from;
-    back(rows) returns per-sequence results in mbs' order (log-probs, None for a skipped sequence)
-    to the ranks the sequences came from, in this rank's own order; busiest, the sum over
-    mini-batches of the busiest rank's tokens over that of the mean rank, (before, after). live: the
-    sequences the update forwards (train.live_rows); the others cost nothing and stay."""
+    """Collective. Move whole live groups between ranks, mini-batch by mini-batch, so that every rank forwards
+    about as many tokens: skip_dead's skipped groups and unlike completion lengths leave some far busier.
+    A moved group takes its prompt, completions and advantages along; the skipped stay, so the global counts
+    the loss divides by, and the gradient with them, are unchanged (up to the order of the sum). live: the
+    sequences the update forwards (train.live_rows). Returns (mbs, back, busiest): mbs, this rank's
+    mini-batches, each (prompts, completions, A, origin), origin[i] the (rank, index there) sequence i came
+    from; back(rows) sends per-sequence results in mbs' order (log-probs, None for a skipped one) back to
+    their ranks, in each one's own order; busiest, (before, after) of the busiest rank's tokens over the
+    mean rank's, summed over mini-batches."""
     N, per_mb = cfg.group_size, len(completions) // num_minibatches
     keep = set(live)
     share = cfg.share_prompts

@@ -1,42 +1,31 @@
 """
-The trainer's log-probs of given completions: pack() lays out a micro-batch, policy_logp() scores it in
-bounded memory, with gradient, and with the entropy when asked.
+The trainer's log-probs of given completions: pack() lays out a micro-batch, policy_logp() scores it with
+gradient (and entropy) in bounded memory: the vocabulary head runs in chunks of tokens, recomputed in
+backward, so the (S, Tc, V) logits never exist. token_logp(completion_logits(...)) is the tests' reference.
 
 Log-probs, one name per idea, here and in train.py, rollout.py, evaluate.py and advantage.py:
     logp         log pi_theta of the sampled tokens under the trainer's current weights, with gradient
                  in the update: (S, Tc) per completion token, 0 where masked, or a 1-D tensor per completion
     old_logp     the same under pi_old, the weights that sampled this step's rollouts (before its first
                  optimizer step); the denominator of the ratio (Eq. 14). On-policy it IS the first logp.
-    engine_logp  what the rollout engine reported for the tokens it sampled (Rollouts.engine_logp);
-                 old_logp up to numerics, which the logp/diff_* metrics watch
+    engine_logp  the rollout engine's, for the tokens it sampled: old_logp up to numerics (logp/diff_*)
     ref_logp     under the frozen initial model (GRPO-KL's k3, Sec. 5.6)
     logprobs     a whole distribution over the vocabulary, (B, V): sampling_logprobs
-The trainer's forward: policy_logp(model, pack(...), T, entropy) -> (logp, H), both (S, Tc). It runs
-the decoder, then the vocabulary head in chunks of tokens with a custom autograd Function that
-recomputes each chunk's logits in backward, so the (S, Tc, V) logits (37-148 GiB at the paper's
-scale) never exist; under FSDP2 it runs as a registered forward of the root (register_policy_forward).
-completion_logp does the same in batches without gradient and returns one 1-D tensor per completion.
-completion_logits + token_logp are the direct formula with full logits: the reference in tests.
-
 """
 import torch
 import torch.nn.functional as F
 
-
 def pack(prompts, completions, pad_token_id, device="cpu", share_prompts=False):
     """Lay out prompt + completion pairs for one forward pass. Two layouts:
-
     share_prompts=False: one row per sequence, every completion starting in the same column,
         [pad pad p p p | c c c pad]   prompts left-padded to Lp, completions right-padded to Tc.
         The logits that predict the completions are then one slice, columns Lp-1 .. Lp+Tc-2, so
         the vocabulary projection runs only there (logits_to_keep), never on prompt tokens.
     share_prompts=True: consecutive sequences with the same prompt (a GRPO group) share ONE row,
         [p p p | c1 c1 | c2 c2 c2 | ... pad]   each completion continues the prompt's positions and
-        attends to the prompt and to itself only (a 4-D mask). The prompt is computed once per group
-        instead of N times: ~6x fewer tokens on the maze, whose prompts are long and answers short.
-        The (rows, L, L) mask makes it a poor fit for long completions.
-    Either way, targets and completion_mask are (S, Tc) with one row per sequence, in input order.
-    """
+        attends to the prompt and to itself only (a 4-D mask): ~6x fewer tokens on the maze (long
+        prompts, short answers), but the (rows, L, L) mask makes it a poor fit for long completions.
+    Either way, targets and completion_mask are (S, Tc) with one row per sequence, in input order."""
     S, Tc = len(prompts), max(1, max(len(c) for c in completions))
     targets = torch.full((S, Tc), pad_token_id, dtype=torch.long)
     for i, c in enumerate(completions):
@@ -81,15 +70,10 @@ def pack(prompts, completions, pad_token_id, device="cpu", share_prompts=False):
         batch.update(input_ids=ids, attention_mask=mask[:, None], position_ids=pos, row=row_of, src=src)
     return {k: v.to(device) for k, v in batch.items()}
 
-
 def completion_logits(model, batch, temperature=1.0):
     """Logits / T at the positions that predict each completion token. batch from pack(). (S, Tc, V)
-
-    The reference, small-scale path: it holds the whole (S, Tc, V) float tensor, 37-148 GiB at the
-    paper's scale (V = 152,064, 8 x 8k tokens). The trainer uses policy_logp; tests and benches
-    compare it with this. The trainer divides by the same temperature the engine sampled with, or
-    its log-probs would be those of a different distribution (a bug TRL users hit at T != 1).
-    """
+    The small-scale reference: the whole (S, Tc, V) float tensor is 37-148 GiB at the paper's scale
+    (V = 152,064, 8 x 8k tokens). T must be the sampling temperature (a bug TRL users hit at T != 1)."""
     Tc = batch["targets"].shape[1]
     kw = dict(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
               position_ids=batch["position_ids"], use_cache=False)
@@ -98,7 +82,6 @@ def completion_logits(model, batch, temperature=1.0):
     else:
         logits = model(**kw, logits_to_keep=Tc + 1).logits[:, :-1]
     return logits.to(torch.promote_types(logits.dtype, torch.float32)) / temperature   # fp32 (fp64 stays)
-
 
 def token_logp(logits, batch):
     """logp of each completion token: logits (S, Tc, V) at the positions that predict the tokens
@@ -110,36 +93,23 @@ def token_logp(logits, batch):
     logp = logits.log_softmax(-1).gather(-1, batch["targets"][..., None]).squeeze(-1)
     return logp * batch["completion_mask"]
 
-
 CHUNK_BYTES = 1 << 30      # policy_logp's extra memory for the vocabulary head: ~1 GiB at any batch size
-
-
 CHUNK_TEMPS = 2            # (chunk, V) float32 buffers alive at once in _ChunkedHead: z and p (see there)
 
-
 def _chunk_logits(h, weight, bias, temperature, dtype):
-    """z = (h W^T + b) / T for one chunk of tokens, (c, d) -> (c, V) in `dtype` (float32, or float64).
-
-    F.linear, as the model's own head does, then one cast: for bf16 weights its bf16 output is a
-    transient half-size buffer that dies here."""
+    """z = (h W^T + b) / T for one chunk of tokens, (c, d) -> (c, V) in `dtype` (float32, or float64):
+    F.linear as the model's own head, then one cast (for bf16 weights a half-size transient)."""
     z = F.linear(h, weight, bias).to(dtype)
     return z.div_(temperature) if temperature != 1.0 else z
 
-
 class _ChunkedHead(torch.autograd.Function):
     """logp = z[target] - logsumexp(z) and H = logsumexp(z) - sum softmax(z) z, with z = (h W^T + b) / T,
-    for N flattened tokens, `chunk` tokens at a time.
-
-    Saves h, W, b, the targets and per-token lse, H; never the logits. Backward recomputes each
-    chunk's z and applies, with p = softmax(z) and dz the gradient w.r.t. z,
+    for N flattened tokens, `chunk` at a time. Saves h, W, b, the targets and per-token lse, H; never the
+    logits. Backward recomputes each chunk's z and, with p = softmax(z) and dz the gradient w.r.t. z,
         dz = g_logp (onehot(target) - p) - g_H p (z - (lse - H))     [d H / dz = -p (z - sum p z)]
     then d(logits) = dz / T, dh = d(logits) W, dW += d(logits)^T h, db += sum d(logits).
-    Memory per chunk: z and p in float32, (c, V) each, so CHUNK_TEMPS = 2. The bf16 matmul output
-    and the bf16 copy of dz are half-size and never alive together with both (p is freed first).
-    Fixed on top, independent of the number of tokens: dW, (V, d) in the weight's dtype, which is the
-    gradient autograd would hand back anyway. Matmuls run in the input dtype (bf16 on GPU, as the
-    model's own head and its autograd would); addmm_ accumulates each chunk into dW in place.
-    """
+    Memory per chunk: z and p, float32 (c, V) each, so CHUNK_TEMPS = 2 (bf16 temporaries are half-size,
+    never alive with both); fixed on top: dW, (V, d) in the weight's dtype, as autograd's; matmuls in h's."""
 
     @staticmethod
     def forward(ctx, h, weight, bias, targets, temperature, entropy, chunk):
@@ -203,7 +173,6 @@ class _ChunkedHead(torch.autograd.Function):
         return (dh, dw, db.to(bias.dtype) if need_b else None,
                 None, None, None, None)
 
-
 def head_logp(h, weight, bias, targets, temperature=1.0, entropy=False, chunk_bytes=CHUNK_BYTES):
     """Per-token log-probs of the sampled tokens, and optionally the entropy, from the vocabulary head.
 
@@ -220,13 +189,10 @@ def head_logp(h, weight, bias, targets, temperature=1.0, entropy=False, chunk_by
     chunk = max(1, chunk_bytes // (weight.shape[0] * itemsize * CHUNK_TEMPS))
     return _ChunkedHead.apply(h, weight, bias, targets, float(temperature), entropy, chunk)
 
-
 POLICY_FORWARD = "fgrpo_policy_forward"     # the method register_policy_forward adds to FSDP2 roots
 
-
 def _policy_forward(model, batch, temperature, entropy, chunk_bytes):
-    """policy_logp's body. Under FSDP2 it runs as a registered forward method of the root module, which
-    unshards the root's own parameters (embeddings, final norm, head) around it."""
+    """policy_logp's body; under FSDP2 a registered forward of the root, which unshards its own parameters."""
     Tc, mask = batch["targets"].shape[1], batch["completion_mask"]
     hidden = model.get_decoder()(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
                                  position_ids=batch["position_ids"], use_cache=False).last_hidden_state
@@ -242,45 +208,30 @@ def _policy_forward(model, batch, temperature, entropy, chunk_bytes):
     out_H = None if H is None else H.new_zeros(mask.shape).masked_scatter(mask, H)
     return out_logp, out_H
 
-
 def register_policy_forward(model):
-    """Let policy_logp run inside the FSDP2 root's forward. Call right after fully_shard(model).
-
-    fully_shard unshards a module's parameters only around its forward(); policy_logp calls the
-    decoder and the head itself, so it is registered as a second forward method
-    (torch.distributed.fsdp.register_fsdp_forward_method). A no-op on a model that is not sharded.
-    policy_logp calls it on first use too, so forgetting it costs nothing."""
+    """Let policy_logp run inside the FSDP2 root's forward; call right after fully_shard(model) (a no-op
+    unsharded; policy_logp calls it on first use too). fully_shard unshards a module's parameters only
+    around its forward(), and policy_logp calls the decoder and head itself: a second forward method."""
     from torch.distributed.fsdp import FSDPModule, register_fsdp_forward_method
     if isinstance(model, FSDPModule) and POLICY_FORWARD not in model.__dict__:
         model.__dict__[POLICY_FORWARD] = _policy_forward.__get__(model)     # a bound method
         register_fsdp_forward_method(model, POLICY_FORWARD)
     return model
 
-
 def policy_logp(model, batch, temperature=1.0, entropy=False, chunk_bytes=CHUNK_BYTES):
     """The trainer's log-probs and entropy of the completion tokens, in bounded memory. batch from pack().
-
-    Returns (logp, H), each (S, Tc) float32 (float64 for a float64 model), 0 where completion_mask
-    is False; H (the entropy of softmax(logits / T), as advantage.entropy_from_logits) is None unless
-    entropy=True. The same values and gradients as token_logp(completion_logits(...)), but the
-    (S, Tc, V) logits never exist: the decoder's last hidden states at the predicting positions go
-    through the head in chunks of tokens (_ChunkedHead), ~chunk_bytes extra at any batch size.
-    Works on a plain model and on an FSDP2-sharded one (register_policy_forward).
-    """
+    Returns (logp, H), each (S, Tc) float32 (float64 for a float64 model), 0 where completion_mask is
+    False, H None unless entropy=True: the values and gradients of token_logp(completion_logits(...)),
+    with ~chunk_bytes extra at any batch size (head_logp), plain or FSDP2-sharded."""
     from torch.distributed.fsdp import FSDPModule
     if isinstance(model, FSDPModule):
         return getattr(register_policy_forward(model), POLICY_FORWARD)(batch, temperature, entropy, chunk_bytes)
     return _policy_forward(model, batch, temperature, entropy, chunk_bytes)
 
-
 @torch.no_grad()
 def completion_logp(model, prompts, completions, pad_token_id, temperature=1.0, batch_size=32,
                     share_prompts=False):
-    """Per-token log-probs of fixed completions under `model`, no gradient: a list of 1-D tensors.
-
-    train.py's old log-probs (pi_old, before a step's first update) and evaluate.py's Delta NLL_rare.
-    Through policy_logp, so bounded in memory like the update.
-    """
+    """Per-token log-probs of fixed completions, no gradient, via policy_logp: one 1-D tensor per completion."""
     device = next(model.parameters()).device
     result = []
     for s in range(0, len(prompts), batch_size):

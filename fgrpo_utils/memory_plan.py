@@ -5,17 +5,15 @@ no network, a few seconds.
     python train.py --plan true --model ../shared/data/models/qwen2.5-7b --nproc 8
     python train.py --plan true --model ../shared/data/models/qwen2.5-7b --grad_checkpointing false   # exit 2
 
-train.py --plan true is main(): format_plan(plan(cfg, world, gpu_memory_gb)) and, when it does not fit,
-verdict(plan) (one line naming the largest part and the flag that shrinks it) and exit 2. A real CUDA
-run checks the same plan with its own world size and device before it loads anything (check_fits).
+train.py --plan true prints the plan (main) and, when it does not fit, exits 2 with verdict's one line; a
+real CUDA run checks the same plan on its own world size and device before it loads anything (check_fits).
 
 What is modelled (train.py's update_minibatch and rl_step, policy.build and shard, rollout.py's engines,
 logprob.policy_logp):
-  FSDP2 over `world` ranks. CUDA: fp32 master weights, fp32 gradients and AdamW's two fp32 moments, all
-  sharded (4 + 4 + 8 = 16 bytes/param / world); bf16 compute. Each decoder layer is an FSDP unit,
-  the root holds embeddings + final norm + lm_head; in forward/backward the root is unsharded for
-  the whole pass plus ~2 blocks at a time (current + prefetch), with their unsharded gradients before
-  the reduce-scatter. CPU: everything fp32, no mixed precision.
+  FSDP2 over `world` ranks. CUDA: fp32 master weights, gradients and AdamW's two moments, all sharded
+  (4 + 4 + 8 = 16 bytes/param / world), bf16 compute; CPU: all fp32. Each decoder layer is an FSDP unit,
+  the root holds embeddings + final norm + lm_head; in forward/backward the root is unsharded for the
+  whole pass plus ~2 blocks at a time (current + prefetch), with their gradients before the reduce-scatter.
   Activations of the largest micro-batch, per token per decoder layer (layer_bytes_per_token; each
   term is a tensor autograd saves, checked by counting them in tests/test_memory.py):
       2 RMSNorms     2 (4h + 2 d h + 4)       fp32 copy of the input, its normalised cast, the output
@@ -24,18 +22,16 @@ logprob.policy_logp):
       Qwen3 q/k norm (4 + d)(H + KV) hd + 4 (H + KV)
       SwiGLU MLP     4 d I                    gate, up, silu(gate), their product
       padding mask   d T                      the float mask SDPA makes of a bool mask, per layer
-  With checkpointing a layer keeps only its input (d h per token) and one layer's full set exists
-  at a time during backward. On top: the final norm ((4 + d) h) and backward's gradients through
-  one layer (3 d I + 2 d h), per token. The head is logprob.policy_logp: ~CHUNK_BYTES of (chunk, V) fp32
-  temporaries (its dW is the head's gradient, counted with the weights), and the hidden states at the
-  completion positions with their gradient.
+  With checkpointing a layer keeps only its input (d h per token) and one layer's full set exists at a
+  time during backward. On top, per token: the final norm ((4 + d) h) and backward's gradients through one
+  layer (3 d I + 2 d h). The head is logprob.policy_logp: ~CHUNK_BYTES of (chunk, V) fp32 temporaries and
+  the hidden states at the completion positions with their gradient (its dW is counted with the weights).
   Rollout engine: vLLM takes gpu_memory_utilization x the device while sampling and sleeps (level 1)
   during the update: ~0 on the device, its bf16 weights in host RAM. TorchEngine holds an unsharded
   bf16 copy of the weights always, plus its KV budget and sampling buffers while it samples.
-Not modelled: allocator fragmentation (keep a few GiB of margin; `fits` needs the peak <= the device)
-and the optimizer step's temporaries beyond one fp32 shard-sized buffer, which come after the
-activations are freed. The vLLM CUDA terms (repeat_kv, mask bias) are read from the code, measured
-only on the CPU.
+Not modelled: allocator fragmentation (keep a few GiB of margin; `fits` needs the peak <= the device) and
+the optimizer step's temporaries beyond one fp32 shard-sized buffer, which come after the activations are
+freed. The vLLM CUDA terms (repeat_kv, mask bias) are read from the code, measured only on the CPU.
 """
 import functools
 import json
@@ -58,7 +54,6 @@ VLLM_OVERHEAD_GIB = 2.0         # vLLM's share less weights and KV: profiling ac
 GPUS_PER_NODE = 8               # ranks per node, for host RAM per node
 MATH_PROMPTS = 39_202           # DeepScaleR: the math run exports once per epoch of these
 
-
 # -----------------------------------------------------------------------------
 # The model: parameter counts from a meta-device build, and the shapes the activations depend on
 
@@ -67,12 +62,10 @@ def model_info(folder):
     """Parameter counts and shapes of the model in `folder` (a config.json is all it reads)."""
     return config_info(load_config(folder))
 
-
 # Bounds a plan accepts, far beyond any published model: a config past them is a typo or damage, and a
 # meta build of 2,000,000 layers would run for minutes while memory grows.
 CONFIG_BOUNDS = dict(hidden_size=1 << 17, intermediate_size=1 << 20, num_attention_heads=1 << 12,
                      num_hidden_layers=1000, vocab_size=1 << 24)
-
 
 def load_config(folder):
     """The transformers config of `folder`'s config.json, or ValueError in one line naming the file and
@@ -110,12 +103,9 @@ def load_config(folder):
           f"{path}: hidden_size {text.hidden_size} is not a multiple of num_attention_heads {text.num_attention_heads}")
     return config
 
-
 def config_info(config):
-    """Parameter counts and shapes of a transformers config's causal LM.
-
-    Built on the meta device, so the counts are exact (biases, tied embeddings counted once) and
-    nothing is allocated. root = what is not in a decoder layer: embeddings, final norm, head."""
+    """Parameter counts and shapes of a config's causal LM, built on the meta device: exact (biases, tied
+    embeddings once), nothing allocated. root = what is not in a decoder layer: embeddings, final norm, head."""
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config)
     blocks = set(getattr(model, "_no_split_modules", None) or ())      # e.g. {"Qwen2DecoderLayer"}
@@ -131,13 +121,10 @@ def config_info(config):
                 KV=getattr(text, "num_key_value_heads", None) or H,
                 hd=getattr(text, "head_dim", None) or text.hidden_size // H, V=text.vocab_size)
 
-
 def layer_bytes_per_token(config, dtype_bytes, mask_len=0, repeat_kv=False):
-    """Bytes autograd saves per token for one Llama/Qwen2/Qwen3 decoder layer of transformers.
-
-    config: a transformers config; dtype_bytes d: 2 (bf16) or 4 (fp32) compute. mask_len: the row
-    length T when a padding mask is passed (SDPA then saves a (T, T) float mask per row and layer);
-    repeat_kv: k and v saved at all H heads (transformers' CUDA SDPA path when there is a mask)."""
+    """Bytes autograd saves per token for one Llama/Qwen2/Qwen3 decoder layer, in d = dtype_bytes compute.
+    mask_len: the row length T when a padding mask is passed (SDPA then saves a (T, T) float mask per row
+    and layer); repeat_kv: k and v saved at all H heads (transformers' CUDA SDPA path with a mask)."""
     d, h, I = dtype_bytes, config.hidden_size, config.intermediate_size
     H = config.num_attention_heads
     KV = getattr(config, "num_key_value_heads", None) or H
@@ -149,12 +136,9 @@ def layer_bytes_per_token(config, dtype_bytes, mask_len=0, repeat_kv=False):
     mlp = 4 * d * I                           # gate, up, silu(gate), silu(gate) * up
     return norms + attention + qk_norm + mlp + d * mask_len
 
-
 def activation_bytes_per_token(config, dtype_bytes, checkpointing, layers=None, mask_len=0, repeat_kv=False):
-    """Peak bytes per token of the decoder's activations (between the embedding and the final norm).
-
-    Without checkpointing, every layer's saved tensors; with it, each layer's input (d h) plus one
-    layer's full set, recomputed in backward. Plus the rotary cos and sin (2 hd d), shared by all."""
+    """Peak bytes per token of the decoder's activations (embedding to final norm): every layer's saved
+    tensors, or with checkpointing each one's input (d h) plus one full set; plus rotary cos, sin (2 hd d)."""
     layers = config.num_hidden_layers if layers is None else layers
     full = layer_bytes_per_token(config, dtype_bytes, mask_len, repeat_kv)
     hd = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
@@ -163,12 +147,10 @@ def activation_bytes_per_token(config, dtype_bytes, checkpointing, layers=None, 
         return layers * dtype_bytes * config.hidden_size + full + rotary
     return layers * full + rotary
 
-
 # -----------------------------------------------------------------------------
 # The run: what one rank holds in each phase
 
 PHASES = ("rollout", "update", "step", "sync")     # the parts of an RL step, in order
-
 
 @dataclass
 class Row:
@@ -179,7 +161,6 @@ class Row:
     sync: float              # ... during the weight sync (vLLM awake again, weights only)
     note: str
     flag: str                # the flag that shrinks it ("" = none)
-
 
 @dataclass
 class Plan:
@@ -201,15 +182,12 @@ class Plan:
     host: dict = field(default_factory=dict)    # GiB: per_rank, startup (rank 0's one fp32 load), node
     kv: dict = field(default_factory=dict)      # KV-cache tokens one rank holds against the step's worst case
 
-
 def micro_batch_shapes(cfg, lengths=None):
-    """The micro-batches train.micro_batches can make, as (rows, padded row length, sequences per row),
-    one per row count: it packs whole rows while they hold <= micro_batch_size sequences and <=
-    micro_batch_tokens padded tokens (rows x the longest row), and a row over the budget goes alone.
-    So r rows are at most min(row_len, micro_batch_tokens // r) long: 1 x 9,216, 2 x 8,192, ...,
-    8 x 2,048 at the 7B's defaults, the first unpadded and the others with a padding mask; plan takes
-    the largest. With share_prompts a row is a group: one prompt, N completions. lengths: (prompt,
-    response) tokens, by default --max_prompt_len and --max_response_len (train.plan_lengths)."""
+    """The micro-batches train.micro_batches can make, as (rows, padded row length, sequences per row), one
+    per row count: whole rows while they hold <= micro_batch_size sequences and <= micro_batch_tokens padded
+    tokens (rows x the longest row); a row over the budget goes alone. So r rows are at most min(row_len,
+    micro_batch_tokens // r) long: 1 x 9,216, 2 x 8,192, ..., 8 x 2,048 at the 7B's defaults, all but the
+    first masked. A share_prompts row is a group. lengths: (prompt, response) tokens (default: the flags)."""
     prompt, response = lengths or (cfg.max_prompt_len, cfg.max_response_len)
     per_row = cfg.group_size if cfg.share_prompts else 1
     row_len = prompt + per_row * response
@@ -220,23 +198,18 @@ def micro_batch_shapes(cfg, lengths=None):
             shapes.append((rows, T, per_row))
     return shapes
 
-
 def grad_checkpointing_on(cfg, device):
     """--grad_checkpointing auto: on for CUDA, where activations decide what fits; off on the CPU."""
     return cfg.grad_checkpointing == "true" or (cfg.grad_checkpointing == "auto" and device == "cuda")
-
 
 def engine_kind(cfg, device):
     """--engine auto: vLLM on CUDA (the engine the paper's class of trainers samples with), ours on the CPU."""
     return cfg.engine if cfg.engine != "auto" else ("vllm" if device == "cuda" else "torch")
 
-
 def plan(cfg, world, gpu_memory_gb=80.0, config=None, lengths=None):
-    """The memory plan of `cfg` (a train.Config or anything with its fields) on `world` ranks of
-    gpu_memory_gb GiB each (torch.cuda.get_device_properties(0).total_memory / 2**30). The model is
-    cfg.model's config.json (load_config: ValueError in one line if it is not a sane causal LM's),
-    or `config` (a transformers config) when given. lengths: the task's (prompt, response) tokens,
-    by default --max_prompt_len and --max_response_len (math's; train.plan_lengths has the others')."""
+    """The memory plan of `cfg` (a train.Config or anything with its fields) on `world` ranks of gpu_memory_gb
+    GiB each, for `config` (a transformers config) or else cfg.model's config.json (load_config: ValueError
+    in one line unless a sane causal LM's). lengths: (prompt, response) tokens (default: math's flags)."""
     m = config_info(config) if config is not None else \
         model_info(str(Path(cfg.model).resolve()) if Path(cfg.model).is_dir() else cfg.model)
     config, P, W = m["config"], m["total"], world
@@ -299,17 +272,14 @@ def plan(cfg, world, gpu_memory_gb=80.0, config=None, lengths=None):
     peak_phase = max(phases, key=phases.get)
     peak = phases[peak_phase]
     largest = max(R, key=lambda r: getattr(r, peak_phase))
-
     disk = disk_plan(cfg, P)
     return Plan(str(cfg.model), W, device, engine, R, phases, peak, peak_phase, float(gpu_memory_gb),
                 peak <= gpu_memory_gb, largest,
                 dict(rows=rows_, row_len=row_len, tokens=tokens, completion_tokens=completion, checkpointing=ckpt),
                 {k: m[k] for k in ("total", "root", "block", "layers", "tied")}, g(host), disk, host_info, kv_info)
 
-
 def micro_batch_bytes(cfg, m, d, ckpt, Lr, rows_, row_len, per_row):
-    """(activations, head, per-token bytes, chunk, completion tokens) of one micro-batch shape (rows,
-    padded row length, sequences per row), in d-byte compute, checkpointing `ckpt`."""
+    """(activations, head, per-token bytes, chunk, completion tokens) of one micro-batch shape."""
     mixed, h = d == 2, m["h"]
     masked = rows_ > 1 or cfg.share_prompts            # one unpadded row: causal, no mask
     per_tok = activation_bytes_per_token(m["config"], d, ckpt, mask_len=row_len if masked else 0,
@@ -323,10 +293,8 @@ def micro_batch_bytes(cfg, m, d, ckpt, Lr, rows_, row_len, per_row):
     head = chunk + 2 * completion * h * d              # dW is the head's gradient: counted with the weights
     return rows_ * row_len * per_tok + mask, head, per_tok, chunk, completion
 
-
 def engine_rows(cfg, m, engine, d, device_bytes, rank_rows, Lp, Lr, row):
-    """The rollout engine's row of the plan (through `row`); returns (host bytes per rank, vLLM sleep
-    level or None, KV-cache tokens per rank)."""
+    """Add the engine's row; returns (host bytes per rank, vLLM sleep level or None, KV tokens per rank)."""
     P, V, h, mixed = m["total"], m["V"], m["h"], d == 2
     kv_tok = kv_bytes_per_token(m["config"], torch.bfloat16 if mixed else torch.float32)
     if engine == "vllm":
@@ -347,7 +315,6 @@ def engine_rows(cfg, m, engine, d, device_bytes, rank_rows, Lp, Lr, row):
         "while it samples", "--kv_cache_gb")
     return 0, None, cfg.kv_cache_gb * GiB // kv_tok
 
-
 def disk_plan(cfg, P):
     """GiB on disk for the whole run: a checkpoint (12 bytes a parameter), those kept while the newest is
     written, an export, and how many exports the run writes (one per math epoch, and --export_every)."""
@@ -359,19 +326,16 @@ def disk_plan(cfg, P):
     return dict(checkpoint=12 * P / GiB, checkpoints=12 * P / GiB * (cfg.keep_checkpoints + 1),
                 export=4 * P / GiB, exports=n_exports, exports_total=4 * P / GiB * n_exports)
 
-
 def vllm_pinned_bytes(m):
-    """Host RAM one sleeping vLLM takes at sleep level 1: a pinned copy of each of its device blocks,
-    and torch's pinned-memory allocator rounds every block up to a power of two. vLLM 0.32's blocks
-    are its weight tensors in its own fused layout (qkv_proj, gate_up_proj), each rounded up to the
-    CUDA allocator's 2 MiB pages first; the small ones (norms, biases) are counted as they are."""
+    """Host RAM one sleeping vLLM takes at sleep level 1: a pinned copy of each device block, and torch's
+    pinned allocator rounds every block up to a power of two. vLLM 0.32's blocks are its weight tensors in
+    its fused layout (qkv_proj, gate_up_proj), each first rounded up to 2 MiB CUDA pages; small ones as is."""
     H, KV, hd, h, I, V = m["H"], m["KV"], m["hd"], m["h"], m["I"], m["V"]
 
     def pow2(b):            # a large block: 2 MiB pages, then the next power of two; a small one as it is
         return 1 << math.ceil(math.log2(-(-b // (2 << 20)) * (2 << 20))) if b > 10 << 20 else b
     layer = sum(pow2(2 * n) for n in ((H + 2 * KV) * hd * h, H * hd * h, 2 * I * h, I * h))
     return m["layers"] * layer + pow2(2 * V * h) * (1 if m["tied"] else 2)
-
 
 def format_plan(p):
     """The plan as a table; the last line reads `per rank: X GiB of Y GiB`."""
@@ -406,7 +370,6 @@ def format_plan(p):
     lines.append(f"per rank: {p.peak:.1f} GiB of {p.device_gib:.1f} GiB")
     return "\n".join(lines)
 
-
 def verdict(p):
     """None when the plan fits, else one line: what overflows, its largest part, the flag to change."""
     if p.fits:
@@ -415,11 +378,9 @@ def verdict(p):
     return (f"memory plan: {p.peak:.1f} GiB per rank in the {p.peak_phase} phase > {p.device_gib:.1f} GiB; "
             f"largest part {r.name} ({getattr(r, p.peak_phase):.1f} GiB): shrink it with {r.flag or '--nproc'}")
 
-
 def plan_lengths(cfg, entry):
-    """(prompt, response) tokens of the task's rows: math's are its flags; a task with its own tokenizer
-    (maze, reverse) is checked (entry.check), built and asked (the longest of its first 16 prompts).
-    entry: the task's row in train.TASKS."""
+    """(prompt, response) tokens of the rows of task `entry` (train.TASKS): math's are its flags; one with its
+    own tokenizer (maze, reverse) is checked, built and asked (the longest of its first 16 prompts)."""
     if entry.tokenizer is None:
         return cfg.max_prompt_len, cfg.max_response_len
     if entry.check:
@@ -427,14 +388,12 @@ def plan_lengths(cfg, entry):
     task = entry.make(cfg, entry.tokenizer(), None)
     return max(len(task.prompt(i)[0]) for i in range(16)), task.max_new_tokens
 
-
 def make_plan(cfg, world, gpu_memory_gb, entry):
     """plan() of this run, or one line and exit 2 when its config.json or task flags cannot make one."""
     try:
         return plan(cfg, world, gpu_memory_gb, lengths=plan_lengths(cfg, entry))
     except ValueError as e:
         refuse(e)
-
 
 def main(cfg, entry):
     """train.py --plan true: the plan of these flags on --nproc ranks of --gpu_memory_gb each, printed;
@@ -447,15 +406,12 @@ def main(cfg, entry):
     if not p.fits:
         refuse(verdict(p))
 
-
 def check_fits(cfg, world, device, entry):
-    """A CUDA run's own plan, with its world size and its device's memory, before anything loads: exit 2
-    in one line, on every rank, when it does not fit."""
+    """A CUDA run's plan on its own world and device, before any load: exit 2 on every rank unless it fits."""
     p = make_plan(cfg, world, torch.cuda.get_device_properties(device).total_memory / 2**30, entry)
     if not p.fits:
         torch.distributed.destroy_process_group()
         refuse(verdict(p))
-
 
 def kv_bytes_per_token(config, dtype):
     """Bytes of K and V one token costs in the cache of all layers: 2 * layers * kv_heads * head_dim * size."""

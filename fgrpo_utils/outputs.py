@@ -1,17 +1,13 @@
 """
 What is ours, and writing it whole. We never delete or overwrite what we did not write; one rule for
 every script:
-
-- A single output file (evaluate.py's --out results, tables and plots; bench scripts' reports)
-  carries the mark of the script that wrote it inside: a JSON object's "written_by", a table's
-  first line, a PNG's "Software" text (written_by, file_mark).
+- A single output file (evaluate.py's --out results, tables and plots; bench scripts' reports) carries
+  the mark of the script that wrote it inside: a JSON object's "written_by", a table's first line, a
+  PNG's "Software" text (file_mark).
 - A folder we write whole (a maze checkpoint, train.py's exports) or write into (train.py's and
-  simulate.py's --out_dir) carries a marker file, MARKER, that lists the names we put in it. An
-  entry of a folder is ours when the marker lists it, when the caller names it as one of its fixed
-  outputs (`known`: train.py's run.json, ckpt, ...; a known name may be a glob pattern, as
-  train.py's per-epoch exports "epoch_[0-9]*" are), or when it is the leftover of one of our atomic
-  writes of such a name (.NAME.tmp.*, .NAME.old).
-
+  simulate.py's --out_dir) carries a marker file, MARKER, listing the names we put in it. An entry is
+  ours when the marker lists it, when the caller names it among its fixed outputs (`known`, globs too:
+  train.py's run.json, "epoch_[0-9]*", ...), or what our atomic write of one left (.NAME.tmp.*, .NAME.old).
 A file may be replaced only when it is ours (is_ours); a folder may be written into, or replaced, only
 when every entry in it is ours (check_out_dir). Writes are atomic (atomic_write_text, atomic_dir): a
 reader, or a resumed run, sees the old file or the new one, never half of one.
@@ -27,41 +23,32 @@ from pathlib import Path
 
 from fgrpo_utils.cli import REPO, check
 
-
 def file_sha256(path):
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
-
 def code_hashes():
-    """{file: sha256} of the program files imported in this process (the scripts at the top and the
-    modules of fgrpo_utils/), by their path in the repository: what a run records of the code it ran
-    (the course's grader ties a run to the hand-in's graded files)."""
+    """{repo path: sha256} of the program files this process imported (top-level scripts, fgrpo_utils/):
+    what a run records of the code it ran (the course's grader ties a run to the hand-in's graded files)."""
     files = {Path(f).resolve() for m in list(sys.modules.values())
              if isinstance(f := getattr(m, "__file__", None), str) and os.path.isabs(f)}
     return {p.relative_to(REPO).as_posix(): file_sha256(p) for p in sorted(files)
             if p.parent in (REPO, REPO / "fgrpo_utils") and p.suffix == ".py" and p.is_file()}
 
-
 MARKER = ".fgrpo.json"     # the file in a folder that lists what in it is ours
 MARK = "fgrpo"
-
 
 def written_by(script):
     """The mark a script puts inside the files it writes: "fgrpo evaluate.py"."""
     return f"{MARK} {script}"
 
-
 TABLE_MARK = "<!-- written by "       # the first line of a table we write begins so (table_mark)
-
 
 def table_mark(script):
     """The first line of a markdown table we write: an HTML comment, invisible when rendered."""
     return f"{TABLE_MARK}{written_by(script)}; rerunning it replaces this file -->\n"
 
-
 def file_mark(path):
-    """The mark inside an output file ("fgrpo evaluate.py"), or None: a JSON object's "written_by",
-    a markdown table's first line, a PNG's "Software" text."""
+    """The mark inside an output file ("fgrpo evaluate.py"; where: the module docstring), or None."""
     p = Path(path)
     try:
         if p.suffix == ".json":
@@ -79,7 +66,6 @@ def file_mark(path):
         return None
     return None
 
-
 def is_ours(path, script=None):
     """Whether an existing file or folder is ours to replace. A file: the marker of its folder lists
     it, or it carries our mark inside (file_mark), `script`'s own when given. A folder: it holds our
@@ -96,39 +82,29 @@ def is_ours(path, script=None):
     mark = file_mark(p)
     return isinstance(mark, str) and (mark == written_by(script) if script else mark.startswith(MARK + " "))
 
-
 def foreign_entries(folder, known=()):
-    """The entries of `folder` that are not ours: not listed by its marker, not one of the caller's
-    `known` output names, not the leftover of an atomic write of either."""
+    """The entries of `folder` that are not ours (the module docstring's rule; `known`: the caller's names)."""
     ours = owned_entries(folder) | {MARKER}
     return sorted(e for e in os.listdir(folder) if e not in ours and not is_known(e, known)
                   and not is_temp_of(e, ours, known))
 
-
 def write_json_out(path, obj, script):
-    """Write a JSON output file atomically, with `script`'s mark first."""
     atomic_write_json(path, {"written_by": written_by(script), **obj})
 
-
 def write_table_out(path, text, script):
-    """Write a markdown output file atomically, with `script`'s mark as its first line."""
     atomic_write_text(path, table_mark(script) + text)
-
 
 def png_metadata(script):
     """savefig(..., metadata=png_metadata(script)) puts `script`'s mark in the PNG."""
     return {"Software": written_by(script)}
 
-
 def check_out_file(path, flag, script):
-    """Raise ValueError naming `flag` unless `path` may be written by `script`: absent, or a file that
-    `script` wrote (is_ours); its folder writable."""
+    """ValueError naming `flag` unless `script` may write `path`: absent or its own (is_ours); writable."""
     p = Path(path)
     check(not p.exists() and not p.is_symlink() or is_ours(p, script),
           f"{flag} {p}: exists and {script} did not write it; choose another {flag} (we never write over "
           "what is not ours)")
     check_writable(p.parent, flag)
-
 
 def owned_entries(folder):
     """The names the marker of `folder` lists (none without a readable marker)."""
@@ -137,18 +113,13 @@ def owned_entries(folder):
     except (OSError, ValueError, KeyError, TypeError):
         return set()
 
-
 def is_temp_of(entry, names, patterns=()):
-    """Whether `entry` is what a killed atomic write of one of `names` (exact) or of a name matching
-    one of `patterns` (fnmatch globs) left: .NAME.tmp.* or .NAME.old."""
+    """Whether `entry` is what a killed atomic write of one of `names` or `patterns` (globs) left."""
     return any(entry.startswith(f".{n}.tmp.") or entry == f".{n}.old" for n in names) or \
         any(fnmatchcase(entry, f".{p}.tmp.*") or fnmatchcase(entry, f".{p}.old") for p in patterns)
 
-
 def is_known(entry, known):
-    """Whether `entry` is one of a script's fixed output names; `known` may hold glob patterns."""
     return any(fnmatchcase(entry, k) for k in known)
-
 
 def check_writable(path, flag):
     """`path` can be created: its nearest existing ancestor is a folder we may write in."""
@@ -158,11 +129,9 @@ def check_writable(path, flag):
     check(existing.is_dir(), f"{flag} {p}: {existing} is a file, not a folder")
     check(os.access(existing, os.W_OK | os.X_OK), f"{flag} {p}: {existing} is not writable")
 
-
 def check_out_dir(path, flag="--out_dir", known=()):
-    """Raise ValueError naming `flag` unless `path` is an output folder we may write: absent, or a
-    folder whose every entry is ours (see MARKER; `known`: the names the caller always writes there);
-    not a file; and writable. Configs call it in __post_init__, so the answer comes before any work."""
+    """ValueError naming `flag` unless `path` is an output folder we may write: absent, or a writable folder
+    of only our entries (`known`: the caller's fixed names). Configs call it in __post_init__, before work."""
     p = Path(path)
     check(not p.exists() or p.is_dir(), f"{flag} {p}: is a file, not a folder")
     if p.is_dir():
@@ -173,24 +142,20 @@ def check_out_dir(path, flag="--out_dir", known=()):
                              f"another folder (we never write over what is not ours)")
     check_writable(p, flag)
 
-
 def mark_out_dir(path, entries):
     """Create folder `path` and record `entries` (names in it) as ours, beside those recorded before."""
     p = Path(path)
     p.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(p / MARKER, {"written_by": "fgrpo (see common.MARKER)",
+    atomic_write_json(p / MARKER, {"written_by": "fgrpo (see fgrpo_utils/outputs.py, MARKER)",
                                    "entries": sorted(owned_entries(p) | set(entries))})
 
-
 def remove_temp(folder, names, patterns=()):
-    """Delete what killed atomic writes of `names` (or of names matching the glob `patterns`) left in
-    `folder` (.NAME.tmp.*, .NAME.old): only those."""
+    """Delete what killed atomic writes of `names` or `patterns` (globs) left in `folder`, and only that."""
     folder = Path(folder)
     for entry in (os.listdir(folder) if folder.is_dir() else []):
         if is_temp_of(entry, names, patterns):
             p = folder / entry
             shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()
-
 
 def atomic_write_text(path, text):
     path = Path(path)
@@ -203,17 +168,12 @@ def atomic_write_text(path, text):
         os.fsync(f.fileno())
     os.replace(tmp, path)
 
-
 def atomic_write_json(path, obj):
     atomic_write_text(path, json.dumps(obj, indent=1) + "\n")
 
-
 def atomic_dir(path, write):
-    """Call write(tmp_dir), mark what it wrote as ours, then move tmp_dir to `path` in one rename.
-
-    An existing `path` is replaced only if it is ours (check_out_dir): the caller checked that up
-    front; this is the last line of defence, before anything is removed.
-    """
+    """Call write(tmp_dir), mark what it wrote as ours, then rename tmp_dir to `path`. An existing `path` is
+    replaced only if ours (check_out_dir): the caller checked up front; this is the last line of defence."""
     path = Path(path)
     if path.is_symlink():                                # write where it points, keep the link
         path = path.resolve()
@@ -231,7 +191,6 @@ def atomic_dir(path, write):
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     replace_dir(tmp, path)
-
 
 def replace_dir(src, dst):
     """Move folder `src` to `dst` by rename. A `dst` already there is moved aside to .NAME.old first

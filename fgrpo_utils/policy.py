@@ -1,8 +1,7 @@
 """
-The policy the trainer trains: built from a Hugging Face folder (or --model tiny, or a task's own small
-policy), its attention, FSDP2 sharding, and the one build that also gives the rollout engine its copy,
-the reference model and the optimizer. Nothing here imports a script: train.py passes the engine
-factory and the task's policy in.
+The policy: loaded from a Hugging Face folder (or --model tiny, or a task's own), its attention, FSDP2
+sharding, and build(), which also makes the engine's copy, the reference and the optimizer. Nothing
+here imports a script: train.py passes the engine factory and the task's policy in.
 """
 import contextlib
 
@@ -25,13 +24,10 @@ from fgrpo_utils.memory_plan import engine_kind, grad_checkpointing_on
 
 ATTENTION = "fgrpo_sdpa"
 
-
 def attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None, decode=None, **kwargs):
-    """A transformers attention function (query (B, H, Tq, D), key/value (B, KV, Tk, D), returns
-    (B, Tq, H, D)). Without `decode`, it is transformers' SDPA, except that on the CPU the KV heads
-    are read in place (enable_gqa) instead of being copied H / KV times (repeat_kv), which cost
-    a quarter of a maze rollout. With `decode` (a GroupKV, passed through the model's forward
-    kwargs by TorchEngine), the cache is ours: see GroupKV."""
+    """A transformers attention function (query (B, H, Tq, D), key/value (B, KV, Tk, D) -> (B, Tq, H, D)):
+    transformers' SDPA, but on the CPU the KV heads are read in place (enable_gqa), not copied H / KV
+    times (repeat_kv: a quarter of a maze rollout). With `decode` (TorchEngine's GroupKV) the cache is ours."""
     if decode is not None and decode.t >= 0:
         return decode.attend(module.layer_idx, query, key, value, scaling), None
     if decode is not None:                  # the prefill: keep the prompts' keys and values
@@ -42,7 +38,6 @@ def attention(module, query, key, value, attention_mask, dropout=0.0, scaling=No
     out = F.scaled_dot_product_attention(query, key, value, attn_mask=attention_mask, dropout_p=dropout,
                                          scale=scaling, is_causal=causal, enable_gqa=True)
     return out.transpose(1, 2).contiguous(), None
-
 
 def use_attention(model):
     """Switch a transformers model to `attention` (the masks it builds stay those of SDPA)."""
@@ -56,10 +51,8 @@ def use_attention(model):
 # The policy: load, shard with FSDP2, build
 
 def load_model(cfg, tokenizer, dtype=torch.float32, meta=False, own=None):
-    """The policy as a transformers model, computing attention with `attention` (SDPA without copying
-    the KV heads on the CPU; transformers' own SDPA on GPU). meta=True: the same model on the meta
-    device, from its config alone (no weights read, nothing allocated). --model tiny: own() (a task's
-    policy, made for its own tokenizer) or else tiny_qwen, seeded by --seed."""
+    """The policy as a transformers model with `attention`; meta=True: on the meta device, from its config
+    alone (no weights read). --model tiny: own() (a task's policy, for its own tokenizer) or tiny_qwen."""
     if cfg.model == "tiny":                           # a random policy for tests and smoke runs
         torch.manual_seed(cfg.seed)                   # same init on every rank
         with torch.device("meta") if meta else contextlib.nullcontext():
@@ -71,21 +64,16 @@ def load_model(cfg, tokenizer, dtype=torch.float32, meta=False, own=None):
         model = AutoModelForCausalLM.from_pretrained(cfg.model, dtype=dtype)
     return use_attention(model)
 
-
 def tiny_qwen(vocab_size):
     """--model tiny's policy unless the task brings one: a random 2-layer Qwen2, 64 wide."""
     return Qwen2ForCausalLM(Qwen2Config(
         vocab_size=vocab_size, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096, tie_word_embeddings=True))
 
-
 def shard(model, device):
-    """FSDP2: each transformer block is its own unit, then the root (embeddings, norm, head).
-    The blocks are the modules whose class the model names in _no_split_modules, which every HF
-    causal LM sets (a model that names none is one unit).
-    The model arrives on the CPU: fully_shard moves one unit at a time to the device and keeps only
-    this rank's shard there, so the whole fp32 model never sits on one GPU (28 GiB for a 7B).
-    On GPU: bf16 compute, fp32 master weights and fp32 gradient reductions. On CPU: all fp32."""
+    """FSDP2: each block (a class in _no_split_modules, as every HF causal LM has) is a unit, then the root.
+    fully_shard moves one unit at a time from the CPU, keeping only this rank's shard on the device: never
+    the whole fp32 model (28 GiB for a 7B). GPU: bf16 compute, fp32 master weights and reductions."""
     mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) \
         if device.type == "cuda" else MixedPrecisionPolicy()
     mesh = init_device_mesh(device.type, (dist.get_world_size(),))
@@ -97,13 +85,10 @@ def shard(model, device):
     register_policy_forward(model)     # logprob.policy_logp's head runs where the root's weights are whole
     return model
 
-
 def shard_from_rank0(model, full, device):
-    """Shard `model` (built on the meta device, as every rank builds it) and fill it with the weights
-    of `full`, the model rank 0 alone loaded (None on the other ranks): each rank receives its shard
-    by broadcast (set_model_state_dict's broadcast_from_rank0), so a node holds one full fp32 copy at
-    start-up instead of one per rank (8 x 28 GiB for the 7B). The buffers no state dict holds (the
-    rotary inv_freq) are broadcast from rank 0's too."""
+    """Every rank must call: shard `model` (built on the meta device) and fill it by broadcast from `full`,
+    which rank 0 alone loaded (None elsewhere), so a node holds one full fp32 copy at start-up, not one
+    per rank (8 x 28 GiB for the 7B); the buffers no state dict holds (rotary inv_freq) too."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
     model = shard(model, device)
     model.to_empty(device=device)
@@ -116,18 +101,13 @@ def shard_from_rank0(model, full, device):
             dist.broadcast(b, 0)
     return model
 
-
 def build(cfg, tokenizer, device, new_engine, load):
-    """(policy sharded, reference sharded or None, rollout engine, optimizer). The model comes from
-    load(cfg, tokenizer, dtype, meta): load_model here, a random-init builder in bench/gpu_check.py;
-    the engine from new_engine(kind, its own model or None, dtype) (train.py: rollout.make_engine).
-    Weights are read once, by rank 0 (shard_from_rank0); every other copy is built on the meta device
-    and filled from that one: the policy's shards, the reference's, and the engine's weights, which
-    the caller's weight sync writes (vLLM loads "dummy" weights: random, never read from disk, all of
-    them rewritten, as after a level-2 sleep)."""
+    """(policy sharded, reference sharded or None, rollout engine, optimizer), from load(cfg, tokenizer,
+    dtype, meta) and new_engine(kind, its own model or None, dtype). Weights are read once, by rank 0;
+    every other copy is built on the meta device and filled from that one, the engine's by the caller's
+    weight sync (vLLM loads "dummy" weights, never read from disk, all rewritten as after a level-2 sleep)."""
     full = load(cfg, tokenizer, torch.float32) if dist.get_rank() == 0 else None
     model = load(cfg, tokenizer, torch.float32, meta=True)
-    # The engine holds its own unsharded copy of the policy (bf16 on GPU), refreshed every step.
     engine_dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     kind = engine_kind(cfg, device.type)
     engine_model = load(cfg, tokenizer, engine_dtype, meta=True).to_empty(device=device) if kind == "torch" else None
@@ -138,7 +118,6 @@ def build(cfg, tokenizer, device, new_engine, load):
                  if cfg.kl_coef > 0 else None)
     if grad_checkpointing_on(cfg, device.type):
         # Non-reentrant: the reentrant variant needs inputs that require grad and fights FSDP's hooks.
-        # It acts only in training mode, which rl_step sets for the update (model.train()).
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     model = shard_from_rank0(model, full, device)
     del full

@@ -1,8 +1,8 @@
 """
 What train.py checks before any work, each problem refused in one line with exit status 2: its flags
-(check_config, the body of Config.__post_init__), the task's flags and inputs, then at start-up
-the packages, the device and the engine flags (check_environment). Tasks come in as train.py's table (`tasks`, a TaskEntry per name): nothing
-here imports a script.
+(check_config, the body of Config.__post_init__), the task's flags and inputs, then at start-up the
+packages, the device and the engine flags (check_environment). `tasks` is train.py's TASKS table (a
+TaskEntry per name): nothing here imports a script.
 """
 import dataclasses
 import importlib.util
@@ -14,7 +14,6 @@ from fgrpo_utils.distributed import device_type
 from fgrpo_utils.memory_plan import engine_kind
 from fgrpo_utils.outputs import check_out_dir
 from fgrpo_utils.run_folder import TRAIN_OUTPUTS
-
 
 def check_config(cfg, tasks):
     """Config.__post_init__: ValueError('--flag ...') for the first flag out of range, set for another
@@ -38,8 +37,7 @@ def check_config(cfg, tasks):
     check(cfg.eps_low is None or 0 <= cfg.eps_low <= 1, f"--eps_low {cfg.eps_low}: must be in [0, 1]")
     check(cfg.eps_high is None or 0 <= cfg.eps_high < math.inf,
           f"--eps_high {cfg.eps_high}: must be >= 0 and finite")
-    # The dual clip caps a negative-advantage token's loss at c|A|; at c <= 1 it would cut
-    # below the clipped PPO loss itself.
+    # The dual clip caps a negative-advantage token's loss at c|A|; at c <= 1 it cuts below clipped PPO.
     check(1 < cfg.dual_clip < math.inf, f"--dual_clip {cfg.dual_clip}: must be > 1 and finite")
     for name in ("adam_beta1", "adam_beta2"):
         check(0 <= getattr(cfg, name) < 1, f"--{name} {getattr(cfg, name)}: must be in [0, 1)")
@@ -52,7 +50,6 @@ def check_config(cfg, tasks):
         return
     check_inputs(cfg, tasks[cfg.task])
     check_out_dir(cfg.out_dir, "--out_dir", known=TRAIN_OUTPUTS)
-
 
 def check_flags_act(cfg):
     """A flag set to a value that cannot act in this run is refused, never recorded in run.json as
@@ -69,10 +66,8 @@ def check_flags_act(cfg):
         check(not why or value == type(cfg).__dataclass_fields__[name].default,
               f"--{name} {value}: {why}; leave it out")
 
-
 def check_inputs(cfg, entry):
-    """The model and tokenizer exist and are what they claim, and the task's own inputs (entry.check),
-    before anything loads."""
+    """The model, tokenizer and the task's own inputs (entry.check) are what they claim, before any load."""
     check(cfg.model != "tiny" or cfg.tokenizer or entry.tokenizer, f"--tokenizer: --model tiny "
           f"has random weights and --task {cfg.task} brings no tokenizer of its own; pass a tokenizer folder, "
           "e.g. ../shared/data/tokenizers/qwen2.5")
@@ -83,16 +78,13 @@ def check_inputs(cfg, entry):
     if entry.check:
         entry.check(cfg)
 
-
 def check_task_flags(cfg, tasks):
-    """A task flag (one that some row of `tasks` lists) that this task does not read must keep its
-    default: a value the run would silently drop is refused instead."""
+    """A flag of another task (a row of `tasks` lists it) is refused unless default: the run would drop it."""
     reads, task_flags = tasks[cfg.task].flags, {name for entry in tasks.values() for name in entry.flags}
     for f in dataclasses.fields(cfg):
         if f.name in task_flags and f.name not in reads and getattr(cfg, f.name) != f.default:
             check(False, f"--{f.name} {getattr(cfg, f.name)}: --task {cfg.task} ignores it (it reads "
                   f"{' '.join('--' + n for n in reads) or 'no task flag'}); leave it out")
-
 
 def check_environment(cfg, entry):
     """At start-up, exit 2 in one line when the run needs a package beyond requirements.txt that is not
@@ -115,8 +107,7 @@ def check_environment(cfg, entry):
     for package, needed, flag, fix in needs:
         if needed and importlib.util.find_spec(package) is None:
             refuse(f"{flag}: {fix}")
-    # Engine flags act on one engine only: set for any other run they are refused, never recorded in
-    # run.json as if they had acted.
+    # Engine flags act on one engine only: elsewhere refused, never recorded in run.json as if they acted.
     acts = {"enforce_eager": ("vllm", "cuda"), "vllm_sleep_level": ("vllm", "cuda"),
             "gpu_memory_utilization": ("vllm", "cuda"), "kv_cache_gb": ("torch", None)}
     for name, (kind, on) in acts.items():

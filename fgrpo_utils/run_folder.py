@@ -1,6 +1,7 @@
 """
 train.py's run folder (--out_dir): what it may hold, its logs, DCP checkpoints and --resume, and the
 Hugging Face exports. None of this is the method; it lives here so that train.py reads as the RL loop.
+A function that takes the model, or says so, is collective: every rank calls it at the same point.
 How train.py uses it, in order (the gloo group these wait in is distributed.IO_GROUP):
 
     ckpt, meta = check_run(cfg, out, problems)         # lock out_dir, refuse what cannot run, find --resume's
@@ -9,14 +10,11 @@ How train.py uses it, in order (the gloo group these wait in is distributed.IO_G
     log(metrics)                                       # every step: a metrics.jsonl row and one printed line
     export(model, tokenizer, out, due_exports(cfg, ...), cfg, progress(cfg, ...))   # epoch_E, step_N, final
     save_checkpoint(model, opt, step, cfg, out)        # every --save_every steps and at the end
-
 out_dir holds only TRAIN_OUTPUTS (outputs.check_out_dir refuses a folder holding anything else):
     run.json, metrics.jsonl          the config, git SHA and versions; one JSON line per step
     ckpt/step_NNNNNN/                DCP shards + meta.json (step, config, RNG state, each file's CRC-32)
     final/, epoch_E/, step_NNNNNN/   Hugging Face model folders with progress.json (evaluate.py --models)
     .fgrpo.json, .train.lock         our marker (outputs.MARKER); the OS lock held while a run lives
-
-A function that takes the model, or that says so, is collective: every rank calls it at the same point.
 """
 import fcntl
 import json
@@ -43,9 +41,7 @@ from fgrpo_utils.distributed import io_barrier
 from fgrpo_utils.outputs import (MARKER, atomic_dir, atomic_write_json, atomic_write_text, code_hashes, is_ours,
                                  mark_out_dir, remove_temp, replace_dir)
 
-# What train.py writes in --out_dir; a folder holding anything else is refused (common.check_out_dir).
-# The last two are glob patterns: the exports epoch_E (math, at every epoch's end) and step_NNNNNN
-# (--export_every), each a Hugging Face model folder like final (see export_names).
+# The module docstring's list; the exports epoch_E and step_NNNNNN are glob patterns (export_names).
 TRAIN_OUTPUTS = ("run.json", "metrics.jsonl", "ckpt", "final", "wandb", "epoch_[0-9]*", "step_[0-9]*", ".train.lock")
 # Flags a resumed run may change: how the same experiment runs, is logged and is evaluated. Any other
 # difference from the checkpoint's config (gamma, lr, loss, model, data, seed, batch, ...) is refused.
@@ -55,15 +51,13 @@ RESUME_MAY_CHANGE = ("steps", "save_every", "eval_every", "eval_mazes", "eval_sa
                      "keep_checkpoints", "kv_cache_gb", "gpu_memory_utilization", "plan", "nproc",
                      "gpu_memory_gb", "skip_dead_groups")
 
-
 # -----------------------------------------------------------------------------
 # Before any work: lock out_dir, refuse what cannot run, tidy what killed runs left
 
 def check_run(cfg, out, problems=()):
-    """Refuse, in one line, what only shows once the process group exists: out_dir in use by another
-    run (first: it says the most), the caller's `problems` (train.py: the batch against the world
-    size), then out_dir's own (folder_problems). Then tidy what killed runs left. Collective.
-    Returns (the checkpoint folder --resume continues from, or None; its meta.json)."""
+    """Collective. Refuse, in one line, what only shows once the process group exists: out_dir in use by
+    another run (first: it says the most), the caller's `problems`, then folder_problems; then tidy what
+    killed runs left. Returns (the checkpoint folder --resume continues from, or None; its meta.json)."""
     problems = (lock_out_dir(out) if dist.get_rank() == 0 else []) + list(problems)
     ckpt, meta, skipped = find_checkpoint(out / "ckpt") if cfg.resume else (None, None, [])
     problems += folder_problems(cfg, out, ckpt, meta)
@@ -80,11 +74,9 @@ def check_run(cfg, out, problems=()):
     io_barrier()
     return ckpt, meta
 
-
 def folder_problems(cfg, out, ckpt, meta):
-    """What in out_dir stops this run: files a fresh run would rewrite that are not ours, a step_N
-    that is not a folder, an earlier run's checkpoints without --resume, a 'final' not ours; with
-    --resume, a checkpoint (`ckpt`, `meta`) or export of another experiment, or a damaged export."""
+    """What in out_dir stops this run: what the run would rewrite or replace that is not ours, an earlier
+    run's checkpoints without --resume; with it, another experiment's checkpoint or export, a damaged export."""
     problems, ckpt_root, exports = [], out / "ckpt", export_folders(out)
     for name in LOGS if not cfg.resume else ():   # a fresh run rewrites them: only if a run of ours wrote them
         if (out / name).exists() and not is_ours(out / name, "train.py"):
@@ -122,28 +114,24 @@ def folder_problems(cfg, out, ckpt, meta):
             problems.append(conflict_message(folder, changed))
     return problems
 
-
 def remove_killed_saves(out, ckpt_root):
-    """Delete what killed runs left, by our own temp names only: half-written checkpoints
-    (.step_N.tmp), checkpoints moved aside for a replacement (.step_N.old) and atomic-write temps."""
+    """Delete what killed runs left, by our temp names only: half-written (.step_N.tmp) or moved-aside
+    (.step_N.old) checkpoints and atomic-write temps."""
     for p in ckpt_root.glob(".step_*"):
         if re.fullmatch(r"\.step_\d+\.(tmp|old)", p.name):
             shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()
     remove_temp(out, (), TRAIN_OUTPUTS)
 
-
 LOGS = ("run.json", "metrics.jsonl")     # rewritten by a fresh run: the marker must list them
 LOCK = ".train.lock"
 _lock = None                  # the open lock file: held while this process lives
 
-
 def lock_out_dir(out):
-    """Take an OS lock on out_dir/.train.lock for this run's lifetime (rank 0), so that a second
-    train.py on the same folder, fresh or --resume, is refused at once instead of interleaving its
-    metrics and checkpoints with ours. The kernel drops the lock when the process dies, however it
-    dies, so a killed run never blocks its own resume. Returns [problem] or []. Not the `filelock`
-    package: its 3.x releases (what many torch installs bring) open with O_TRUNC, erasing the holder's
-    "pid N" line at every refused attempt, and follow a symlink put in the lock's place."""
+    """Lock out_dir/.train.lock for this run's lifetime (rank 0): a second train.py on it, fresh or --resume,
+    is refused at once instead of interleaving its metrics and checkpoints with ours. The kernel drops the
+    lock however the process dies, so a killed run never blocks its own resume. Returns [problem] or [].
+    Not `filelock`: its 3.x releases (what many torch installs bring) open with O_TRUNC, erasing the
+    holder's "pid N" line at every refused attempt, and follow a symlink put in the lock's place."""
     global _lock
     out.mkdir(parents=True, exist_ok=True)
     path = out / LOCK
@@ -172,14 +160,12 @@ def lock_out_dir(out):
     _lock = f
     return []
 
-
 def lock_is_ours(path):
     """What lock_out_dir writes in .train.lock: one "pid N on HOST" line, or nothing (killed before
     it wrote). Anything else is a user's file of that name, never written over."""
     with open(path, "rb") as f:
         head = f.read(512)
     return re.fullmatch(rb"(pid \d+ on [^\n]*\n?)?", head) is not None
-
 
 # -----------------------------------------------------------------------------
 # Logs: run.json once, then one metrics.jsonl line and one printed line per step
@@ -197,7 +183,6 @@ def start_logging(cfg, out, task, world, start):
     keep_metrics_until(out / "metrics.jsonl", start)
     return make_logger(cfg, out)
 
-
 def keep_metrics_until(path, step):
     """On resume, drop logged steps after the checkpoint: they are about to be redone."""
     if not path.exists():
@@ -210,7 +195,6 @@ def keep_metrics_until(path, step):
         except (json.JSONDecodeError, KeyError):      # a line cut short by a kill
             pass
     atomic_write_text(path, "".join(l + "\n" for l in keep))
-
 
 def make_logger(cfg, out):
     """One grep-able line per step, the full metrics to metrics.jsonl (and wandb if asked)."""
@@ -236,16 +220,13 @@ def make_logger(cfg, out):
         print(line, flush=True)
     return log
 
-
 # -----------------------------------------------------------------------------
-# Checkpoints: torch.distributed.checkpoint, one folder ckpt/step_NNNNNN per save. There is no
-# "latest" pointer to fall out of step with the folders: resume takes the newest step folder that is
-# whole. A folder is written under a temp name and renamed into place only once complete, so a kill
-# at any moment leaves every step_* folder either whole or (disk trouble aside) absent.
+# Checkpoints: DCP, one folder ckpt/step_NNNNNN per save, and no "latest" pointer to fall out of step:
+# resume takes the newest whole one. Each is written under a temp name and renamed once complete, so a
+# kill at any moment leaves every step_* folder whole or (disk trouble aside) absent.
 
 def save_checkpoint(model, opt, step, cfg, out_dir):
-    """Save model, optimizer and RNG as out_dir/ckpt/step_NNNNNN (collective), then delete the
-    checkpoints --keep_checkpoints no longer keeps (superseded_checkpoints)."""
+    """Collective: save model, optimizer and RNG as ckpt/step_NNNNNN; drop what --keep_checkpoints drops."""
     ckpt_root = Path(out_dir) / "ckpt"
     final, tmp = ckpt_root / f"step_{step:06d}", ckpt_root / f".step_{step:06d}.tmp"
     msd, osd = get_state_dict(model, opt)
@@ -269,10 +250,8 @@ def save_checkpoint(model, opt, step, cfg, out_dir):
             LOADABLE.pop(str(old), None)
     io_barrier()
 
-
 # What DCP and save_checkpoint write in a step folder; a folder holding anything else is not deleted.
 CHECKPOINT_FILES = re.compile(r"meta\.json|\.metadata|__\d+_\d+\.distcp")
-
 
 def crc32(path, chunk=1 << 24):
     crc = 0
@@ -281,11 +260,9 @@ def crc32(path, chunk=1 << 24):
             crc = zlib.crc32(block, crc)
     return crc
 
-
 def shard_crcs(folder, names=None):
-    """{file: CRC-32} of DCP's files in a checkpoint folder (or of `names`), each rank reading its share
-    of the files and all ranks getting the whole dict. DCP stores no checksum, and bytes changed inside
-    a tensor load without an error: meta.json keeps these, and resume compares them before loading."""
+    """{file: CRC-32} of DCP's files in `folder` (or `names`), collective, each rank reading its share.
+    DCP stores no checksum and bytes changed inside a tensor load without an error: meta.json keeps these."""
     if names is None:
         names = sorted(f.name for f in folder.iterdir() if f.name != "meta.json" and CHECKPOINT_FILES.fullmatch(f.name))
     mine = {n: crc32(folder / n) if (folder / n).is_file() else None
@@ -294,11 +271,9 @@ def shard_crcs(folder, names=None):
     dist.all_gather_object(parts, mine, group=distributed.IO_GROUP)
     return {n: c for part in parts for n, c in part.items()}
 
-
 def check_crcs(folder, meta, collective=True):
-    """ValueError naming the first of DCP's files whose bytes differ from those saved (checkpoints
-    saved without checksums pass). Collective, each rank reading its share, unless `collective` is
-    False: then this rank reads them all."""
+    """ValueError naming the first DCP file whose bytes differ from those saved (saved without CRCs: passes).
+    Collective unless `collective` is False: then this rank reads them all."""
     saved = meta.get("crc32")
     if saved is None:
         return
@@ -307,15 +282,12 @@ def check_crcs(folder, meta, collective=True):
     for name in sorted(saved):
         check(now[name] == saved[name], f"{name}: {'missing' if now[name] is None else 'bytes differ from those saved'}")
 
-
 # {step folder: whether resume would load it}, for the folders this process saved, loaded or checked:
 # retention asks at every save, and reading a 7B's checkpoint again each time would cost minutes.
 LOADABLE = {}
 
-
 def loadable(path):
-    """Whether resume would load this step folder: the checks it makes before loading (checkpoint_meta,
-    then every file's CRC-32, read by this rank alone), so a folder damaged inside is not whole."""
+    """Whether resume would load this step folder: checkpoint_meta, then every CRC (this rank reads all)."""
     if str(path) not in LOADABLE:
         try:
             check_crcs(path, checkpoint_meta(path), collective=False)
@@ -324,12 +296,10 @@ def loadable(path):
             LOADABLE[str(path)] = False
     return LOADABLE[str(path)]
 
-
 def superseded_checkpoints(ckpt_root, keep):
-    """The step folders to delete once a new checkpoint is complete: every one older than the `keep`
-    newest ones that resume would load (loadable: CRCs included), so a damaged newest folder never
-    costs the last good one. Only folders holding nothing but our own files are candidates
-    (foreign_files); exports live outside ckpt/ and are never touched."""
+    """The step folders to delete once a new checkpoint is complete: those older than the `keep` newest that
+    resume would load (loadable), so a damaged newest folder never costs the last good one. Only folders
+    holding nothing but our files are candidates; exports live outside ckpt/, never touched."""
     whole, old = 0, []
     for path in step_folders(ckpt_root):
         if whole >= keep:
@@ -339,13 +309,10 @@ def superseded_checkpoints(ckpt_root, keep):
             whole += 1
     return old
 
-
 def foreign_files(step_dir):
-    """The entries of a step folder that are not a file DCP or save_checkpoint writes: a folder holding
-    any is never deleted or replaced."""
+    """Entries of a step folder not written by DCP or save_checkpoint: one holding any is never replaced."""
     return sorted(f.name for f in Path(step_dir).iterdir()
                   if not (CHECKPOINT_FILES.fullmatch(f.name) and f.is_file() and not f.is_symlink()))
-
 
 def step_folders(ckpt_root):
     """ckpt/step_NNNNNN folders, newest first."""
@@ -353,11 +320,9 @@ def step_folders(ckpt_root):
              and not p.is_symlink()]
     return sorted(found, key=lambda p: int(p.name[5:]), reverse=True)
 
-
 def checkpoint_meta(path):
-    """meta.json of a checkpoint folder, or ValueError saying what is damaged: meta.json must parse
-    and name this step, DCP's .metadata must load, and every byte range it lists must lie inside
-    its file (a truncated shard fails that without reading a tensor)."""
+    """meta.json of a checkpoint folder, or ValueError saying what is damaged: meta.json must parse and name
+    this step; every byte range in DCP's .metadata must lie in its file (a truncated shard fails unread)."""
     try:
         meta = json.loads((path / "meta.json").read_text())
         step, config = meta["step"], meta["config"]
@@ -379,12 +344,9 @@ def checkpoint_meta(path):
               f"{info.relative_path}: shorter than .metadata says")
     return meta
 
-
 def find_checkpoint(ckpt_root):
-    """(newest whole checkpoint folder, its meta, ["step_N (what is damaged)" for newer ones skipped]);
-    (None, None, skipped) when there is none."""
+    """(newest whole checkpoint folder or None, its meta or None, ["step_N (what is damaged)" skipped])."""
     return find_checkpoint_among(step_folders(ckpt_root))
-
 
 def find_checkpoint_among(folders):
     """find_checkpoint over a list of step folders, newest first."""
@@ -395,7 +357,6 @@ def find_checkpoint_among(folders):
         except ValueError as e:
             skipped.append(f"{path.name} ({e})")
     return None, None, skipped
-
 
 def load_checkpoint(model, opt, path, meta):
     """Restore model, optimizer and RNG from a folder find_checkpoint chose; the step to continue from."""
@@ -408,17 +369,14 @@ def load_checkpoint(model, opt, path, meta):
     LOADABLE[str(path)] = True
     return meta["step"]
 
-
 def resume_from(model, opt, ckpt, meta):
-    """Load the checkpoint check_run chose. One that passes checkpoint_meta may still fail to load
-    (bytes damaged inside a shard, its size unchanged: a checksum differs, or DCP cannot read it):
-    then, on every rank alike, warn and take the next older whole one. A partial load is harmless:
-    the next one overwrites every tensor. Refuses when none loads. Returns the step to continue from."""
+    """Load the checkpoint check_run chose; one that passes checkpoint_meta may still fail (a shard damaged
+    inside, its size unchanged): then every rank alike warns and takes the next older whole one (a partial
+    load is harmless: the next overwrites every tensor). Refuses when none loads; returns the step."""
     while True:
         try:
             step, err = load_checkpoint(model, opt, ckpt, meta), None
-        except (Exception, CheckpointException) as e:    # many kinds, by where the damage is; DCP's
-            # own CheckpointException is a BaseException
+        except (Exception, CheckpointException) as e:    # many kinds; DCP's own is a BaseException
             step, err = None, f"{type(e).__name__}: {str(e)[:120]}"
         errors = [None] * dist.get_world_size()
         dist.all_gather_object(errors, err, group=distributed.IO_GROUP)
@@ -434,7 +392,6 @@ def resume_from(model, opt, ckpt, meta):
             dist.destroy_process_group()
             refuse(f"--resume: no checkpoint in {failed.parent} could be loaded; move the damaged ones away")
 
-
 def check_safetensors(path):
     """ValueError unless a .safetensors file is as long as its header says (a cut file fails this
     without reading a tensor): 8 bytes of header length, the JSON header, then the tensors' bytes."""
@@ -447,37 +404,29 @@ def check_safetensors(path):
         raise ValueError(f"{path.name}: unreadable header") from None
     check(path.stat().st_size == 8 + n + end, f"{path.name}: {path.stat().st_size} bytes, its header says {8 + n + end}")
 
-
 def conflict_message(folder, changed):
     return (f"--resume: {folder} was trained with other settings: {', '.join(changed)}; resume with the old "
             f"values or use another --out_dir (a resume may change only --{', --'.join(RESUME_MAY_CHANGE)})")
 
-
 # What a run saved before a flag existed did, where that differs from the flag's default.
 BEFORE_FLAG = {"maze_reward": "walk"}
 
-
 def resume_conflicts(saved, cfg):
-    """The flags of `cfg` that differ from the `saved` config (a checkpoint's) and may not change on
-    resume, as "--name now (was before)". A field the saved config lacks (added since) is compared
-    with BEFORE_FLAG's value if it has one, else not at all."""
+    """The flags of `cfg` that differ from the `saved` config and may not change on resume, as "--name now
+    (was before)". A field `saved` lacks (added since) is compared with BEFORE_FLAG's value, if any."""
     now, saved = asdict(cfg), {**BEFORE_FLAG, **saved}
     return [f"--{k} {now[k]} (was {v})" for k, v in saved.items()
             if k in now and k not in RESUME_MAY_CHANGE and now[k] != v]
 
-
 # -----------------------------------------------------------------------------
-# Exports: Hugging Face model folders that from_pretrained and evaluate.py load as they are. final at
-# the end; epoch_E at the end of every epoch of the math data and step_NNNNNN every --export_every
-# steps, for checkpoint selection (App. L.4; evaluate.py --models, select_checkpoint).
+# Exports: Hugging Face model folders that from_pretrained and evaluate.py load as they are; epoch_E and
+# step_NNNNNN are for checkpoint selection (App. L.4; evaluate.py --models, select_checkpoint).
 
 def export_names(cfg, done, num_prompts):
-    """The exports due once `done` steps are finished. Step s trains on the global prompt indices
-    s * P ... (s + 1) * P - 1 (P = --prompts_per_step, prompt_indices), and index i is problem
-    i mod num_prompts of epoch i // num_prompts (reward.make_task shuffles each epoch). So epoch E ends
-    in the step that reaches index E * num_prompts - 1, and epoch_E is exported after it; when P does
-    not divide num_prompts that step also trained on the first prompts of epoch E + 1. The maze draws a
-    new maze for every index (num_prompts None): no epochs there, only --export_every."""
+    """The exports due once `done` steps are finished. Step s trains on global prompt indices s * P ...
+    (s + 1) * P - 1 (P = --prompts_per_step); index i is problem i mod num_prompts of epoch i // num_prompts
+    (reward.make_task shuffles each epoch). So epoch_E follows the step reaching index E * num_prompts - 1,
+    which also trained on epoch E + 1's first prompts unless P divides num_prompts. The maze: no epochs."""
     names = []
     P = cfg.prompts_per_step
     if num_prompts and done * P // num_prompts > (done - 1) * P // num_prompts:
@@ -486,12 +435,10 @@ def export_names(cfg, done, num_prompts):
         names.append(f"step_{done:06d}")
     return names
 
-
 def due_exports(cfg, done, num_prompts, out):
-    """export_names less those already in out_dir. Those are from this run: a fresh run refuses an
-    out_dir with exports, and a resumed one redoes steps after its checkpoint, whose exports a killed
-    try may have written already (with the same settings, check_run). Rank 0 decides for everyone,
-    since every rank must join export's gather or none."""
+    """export_names less those already in out_dir, which are this run's: a fresh run refuses exports, and a
+    resumed one redoes steps whose exports a killed try may have written (same settings: check_run). Rank 0
+    decides for everyone, since every rank must join export's gather or none."""
     names = export_names(cfg, done, num_prompts)
     if names:
         decided = [[n for n in names if not (out / n).exists()]]
@@ -499,26 +446,21 @@ def due_exports(cfg, done, num_prompts, out):
         names = decided[0]
     return names
 
-
 def export_folders(out):
     """The epoch_E and step_NNNNNN folders in out_dir (TRAIN_OUTPUTS' patterns), by name."""
     return sorted(p for p in Path(out).glob("*_*") if re.fullmatch(r"epoch_\d+|step_\d{6,}", p.name) and p.is_dir())
 
-
 def progress(cfg, done, num_prompts):
-    """progress.json of an export: how far training had got. Checkpoint selection compares compute as
-    rollouts sampled (evaluate.select_checkpoint); epochs is None for the maze."""
+    """progress.json of an export; checkpoint selection compares compute as rollouts (select_checkpoint)."""
     prompts = done * cfg.prompts_per_step
     return {"step": done, "prompts": prompts, "rollouts": prompts * cfg.group_size,
             "epochs": prompts / num_prompts if num_prompts else None, "num_prompts": num_prompts,
             "config": asdict(cfg), "git": git_sha()}
 
-
 def export(model, tokenizer, out_dir, names, cfg, info):
-    """Write out_dir/NAME for each of `names`: model.safetensors, config, tokenizer and progress.json
-    (`info`). Every rank joins one gather of the full state dict (FSDP2 needs them all; cpu_offload
-    keeps the result on rank 0 only); rank 0 writes each folder atomically (outputs.atomic_dir) while
-    the others wait at the barrier."""
+    """Write out_dir/NAME for each of `names`: model.safetensors, config, tokenizer, progress.json (`info`).
+    Every rank joins one gather of the full state dict (FSDP2 needs them all; cpu_offload keeps it on
+    rank 0 only); rank 0 writes each folder atomically (outputs.atomic_dir) while the others wait."""
     sd = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
     if dist.get_rank() == 0:
         def write(tmp):
@@ -537,7 +479,6 @@ def export(model, tokenizer, out_dir, names, cfg, info):
         for name in names:
             atomic_dir(Path(out_dir) / name, write)
     io_barrier()
-
 
 def git_sha():
     try:

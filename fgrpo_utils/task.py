@@ -4,38 +4,30 @@ The task contract: what train.py needs from a task (toy_task.py is the template 
 from dataclasses import dataclass
 from typing import Callable
 
-
 @dataclass
 class Task:
-    """What a task provides to the trainer: train.py's --task NAME builds one through its row in
-    train.TASKS. toy_task.py is the template; a new task is:
-    1) a copy of toy_task.py (my_task.py) whose make_task(cfg, tokenizer, model_type) returns a Task
-       and whose build_tokenizer() returns its own small tokenizer, if it has one;
+    """What a task gives the trainer; train.py's --task NAME builds one through its row in TASKS. A new task:
+    1) a copy of toy_task.py (my_task.py) whose make_task(cfg, tokenizer, model_type) returns a Task and
+       whose build_tokenizer() returns its own small tokenizer, if it has one;
     2) one row in train.py's TASKS, beside its import:
            "my_task": TaskEntry(my_task.make_task, tokenizer=my_task.build_tokenizer),
-       Then `python train.py --task my_task --model tiny --device cpu --steps 2` runs it: with the
-       task's own tokenizer, --model tiny needs no --tokenizer (a random policy of that vocabulary).
+       Then `python train.py --task my_task --model tiny --device cpu --steps 2` runs it (with the task's
+       own tokenizer, --model tiny needs no --tokenizer: a random policy of that vocabulary).
 
-    prompt(i) -> (prompt_ids, answer): training prompt i, a global index (step * prompts_per_step + ...);
-        the same i gives the same prompt on every rank and world size. `answer` is whatever score needs.
-    score(answers, completions) -> (rewards, stats): one reward per completion (a list of token ids),
-        and a {name: count} of extra counts summed over ranks and logged as reward/NAME ({} for none).
-        A reward is any float in [r_wrong, r_correct] = [0, 1] (advantage.success_rate refuses others):
-        1.0 correct / 0.0 not, or partial credit in between. With partial rewards mu_hat of Eq. 11 is
-        the group's mean reward rescaled, (mean R - r_wrong) / (r_correct - r_wrong), not a fraction
-        of correct rollouts, and groups/all_correct, all_wrong count only groups all at 1.0 or all at 0.0.
-    evaluate(engine, rank, world) -> {name: [c_i]}: optional (None: no held-out set). For each problem
-        of this rank's share of the held-out set, how many of its eval_samples samples are correct
-        under each reward rule (the training rule first), or count some other event (the maze also
-        counts truncated samples). train.py logs pass@k of each over all ranks as eval/NAME/pass@k
-        (every --eval_every steps and at the end); evaluate.py keeps the counts for its tables and
-        its significance test.
-
-    The task flags of train.py (--data, --max_prompt_len, --max_response_len: math; --maze_size,
-    --maze_reward, --eval_every, --eval_mazes, --eval_samples: maze) are read only by the tasks whose
-    TASKS row lists them; any other task refuses them when they are set (exit 2, one line). A task
-    sets its own response budget (max_new_tokens) and prompt length.
-    """
+    prompt(i) -> (prompt_ids, answer): training prompt i, a global index (step * prompts_per_step + ...),
+        the same on every rank and world size; `answer` is whatever score needs.
+    score(answers, completions) -> (rewards, stats): a reward per completion (a list of token ids) and a
+        {name: count} summed over ranks, logged as reward/NAME ({} for none). A reward is 1.0 correct, 0.0
+        not, or partial credit in [r_wrong, r_correct] = [0, 1] (advantage.success_rate refuses others);
+        then mu_hat of Eq. 11 is the group's mean reward rescaled, (mean R - r_wrong) / (r_correct - r_wrong),
+        not a fraction of correct, and groups/all_correct, all_wrong count groups all at 1.0 or all at 0.0.
+    evaluate(engine, rank, world) -> {name: [c_i]}: optional (None: no held-out set). For each problem of
+        this rank's share of the held-out set, how many of its eval_samples samples are correct under each
+        reward rule (the training rule first), or count another event (the maze: truncated). train.py logs
+        pass@k of each over all ranks as eval/NAME/pass@k; evaluate.py keeps the counts for its tests.
+    The task flags (--data, --max_prompt_len, --max_response_len: math; --maze_size, --maze_reward,
+    --eval_every, --eval_mazes, --eval_samples: maze) are read only by tasks whose TASKS row lists them;
+    any other task refuses them when set. A task sets its own response budget and prompt length."""
     prompt: Callable
     score: Callable
     stop_token_ids: list              # a rollout ends at the first of these (included in the completion)
@@ -44,7 +36,6 @@ class Task:
     num_prompts: int | None = None    # the dataset size (None: generated, unbounded); saved in run.json
     evaluate: Callable | None = None
     eval_samples: int = 0             # samples per held-out problem in evaluate
-
 
 @dataclass(frozen=True)
 class TaskEntry:

@@ -40,9 +40,9 @@ def config_fields(script):
 
 
 def docstring_commands():
-    """The commands in the opening docstring of every script (*.py and bench/*.py)."""
+    """The commands in the opening docstring of every script and module (*.py, fgrpo_utils/*.py, bench/*.py)."""
     found = []
-    for path in sorted([*ROOT.glob("*.py"), *ROOT.glob("bench/*.py")]):
+    for path in sorted([*ROOT.glob("*.py"), *ROOT.glob("fgrpo_utils/*.py"), *ROOT.glob("bench/*.py")]):
         found += commands(ast.get_docstring(ast.parse(path.read_text())) or "")
     return found
 
@@ -80,7 +80,7 @@ def test_ci_runs_the_readme_test_command():
 
 
 # `name` (`file.py:N`) or `name`, `file.py:N` ... and, failing a name before it, `file.py:N` `name`.
-REF = re.compile(r"`((?:bench/|tests/)?\w+\.py):(\d+)`")
+REF = re.compile(r"`((?:bench/|tests/|fgrpo_utils/)?\w+\.py):(\d+)`")
 NAME_BEFORE = re.compile(r"`([^`\n]+)`[ \t\n]*[(,]?[ \t\n]*$")
 NAME_AFTER = re.compile(r"^\)?[ \t\n]*`([^`\n]+)`")
 
@@ -183,16 +183,16 @@ def test_numbered_deviations_agree_everywhere():
     for n, text in listed.items():
         best = max(readme, key=lambda k: len(words(text) & words(readme[k])))
         assert best == n, f"train.py's deviation {n} reads like the README's {best}: {text[:60]!r}"
-    for f in [*DOCS, "train.py", "checkpoint.py", "advantage.py", "rollout.py"]:
+    for f in [*DOCS, *(str(p.relative_to(ROOT)) for p in [*ROOT.glob("*.py"), *ROOT.glob("fgrpo_utils/*.py")])]:
         for m in re.finditer(r"[Dd]eviation (\d+)", doc(f)):
             assert int(m.group(1)) in readme, f"{f}: deviation {m.group(1)} is not in the README's list"
 
 
 def test_the_flags_a_resume_may_change_are_listed_as_the_code_has_them():
-    """The README's list of flags a resume may change had lost --skip_dead_groups; it is now read
+    """The list of flags a resume may change (DESIGN.md) had lost --skip_dead_groups; it is now read
     against run_folder.RESUME_MAY_CHANGE, the one list resume_conflicts uses."""
     from fgrpo_utils import run_folder
-    text = (ROOT / "README.md").read_text()
+    text = (ROOT / "DESIGN.md").read_text()
     item = text[text.index("**Resume with other flags.**"):text.index("Any other difference")]
     listed = set(re.findall(r"`--(\w+)`", item))
     assert listed == set(run_folder.RESUME_MAY_CHANGE) - {"resume"}, listed ^ set(run_folder.RESUME_MAY_CHANGE)

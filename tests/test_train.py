@@ -131,7 +131,7 @@ def test_loss_aggregations_are_exact_across_micro_batches_and_ranks(ws_runs, agg
 
 
 def test_live_groups_balanced_across_ranks_give_the_same_update(ws_runs):
-    """train.rl_step moves whole live groups between ranks before the update (train.balance_ranks),
+    """train.rl_step moves whole live groups between ranks before the update (distributed.balance_ranks),
     so that each forwards about as many tokens. With groups 0 and 1 dead, rank 0 of 2 held no live
     group and rank 1 both: rank 1 forwarded every token, 2.0x the mean rank's; balanced, one group
     each. Plain, shared-prompt and token-budget micro-batches, with and without dead groups: the

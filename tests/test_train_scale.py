@@ -106,7 +106,7 @@ def test_micro_batches_pad_to_the_busiest_rank(group, monkeypatch):
 
 @pytest.mark.parametrize("world", [2, 3, 8])
 def test_assign_groups_balances_whole_groups_and_never_makes_it_worse(world):
-    """train.assign_groups, the plan balance_ranks follows (the 2-rank update: tests/test_train.py):
+    """distributed.assign_groups, the plan balance_ranks follows (the 2-rank update: tests/test_train.py):
     every group goes to exactly one rank, every rank keeps one, the busiest load never rises and ends
     within one group of the mean (LPT), nothing moves where the ranks are even, and every rank
     computes the same answer from the same costs."""
