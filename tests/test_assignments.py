@@ -700,6 +700,7 @@ def test_experiment_checks_on_synthetic_runs(tmp_path):
     """grade.py --runs: a class run (E3) with the required flags, steps and evaluation earns its
     points; a NaN, a missing step or another --gamma loses them."""
     for rel in GRADED_FILES:                           # the hand-in's graded files, which the runs ran
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(ROOT / rel, tmp_path / rel)
     code = {rel: grade.file_sha256(tmp_path / rel) for rel in GRADED_FILES}
 

@@ -5,7 +5,6 @@
 import json
 import os
 import zlib
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
