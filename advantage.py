@@ -32,7 +32,6 @@ import torch
 # to [0, 6], not a PPO-sized clip (verl's CISPO loss reuses PPO's clip_ratio_low/high, 0.2/0.2 by default).
 CLIP_EPS = {"grpo": (0.2, 0.2), "dapo": (0.2, 0.28), "cispo": (1.0, 5.0)}
 
-
 # -----------------------------------------------------------------------------
 # Group advantages and the focal weight (Eqs. 3, 11-13)
 
@@ -127,7 +126,6 @@ def low_lr_multiplier(gamma):
     if gamma < 0:
         raise ValueError(f"gamma must be >= 0, got {gamma}")
     return 4 / math.sqrt(math.pi) * math.exp(math.lgamma(gamma + 1.5) - math.lgamma(gamma + 3))
-
 
 # -----------------------------------------------------------------------------
 # Per-token losses (Eqs. 14-16) and token-mean aggregation
@@ -238,7 +236,6 @@ def entropy_from_logits(logits):
     logits = logits.to(torch.promote_types(logits.dtype, torch.float32))
     return torch.logsumexp(logits, dim=-1) - (torch.softmax(logits, dim=-1) * logits).sum(dim=-1)
 
-
 # -----------------------------------------------------------------------------
 # Lemma 3.1: the tail-miss probability
 
@@ -263,7 +260,6 @@ def tail_miss_argmax(mu_pos, tau, n_max=1 << 17):
     p = tail_miss_probability(mu_pos, tau, n)
     i = int(np.argmax(p))
     return int(n[i]), float(p[i])
-
 
 # -----------------------------------------------------------------------------
 # One-step theory of the categorical policy (Sec. 2.3, Eq. 5; Prop. 3.2, Eq. 10): simulate.py. The rewards R_c,
@@ -301,7 +297,6 @@ def delta_Q_u_pos(p, correct, sampled, r_correct, r_wrong, eta, N):
     S_R, Q_u_pos = b["S_R"], b["Q_pos"] - b["P_pos"]
     coupling = (r_correct - S_R) * b["A_2"] + (r_wrong - S_R) * b["B_2"] - S_R * b["U_2"]
     return eta / N * (-S_R * b["U_pos2"] - Q_u_pos * coupling)
-
 
 # -----------------------------------------------------------------------------
 # pass@k (Chen et al. 2021; Eq. 27), unbiased, in product form: evaluate.py and the maze's held-out evaluation
@@ -341,7 +336,6 @@ def pass_at_k_curve(n, counts):
     """{k: mean over problems of pass@k} for k in ks_up_to(n)."""
     c = np.asarray(counts, dtype=np.int64)
     return {k: float(pass_at_k_table(n, k)[c].mean()) for k in ks_up_to(n)}
-
 
 # -----------------------------------------------------------------------------
 # The paired m-out-of-n subsampling test (Appendix Q): evaluate.py --mode compare

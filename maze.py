@@ -207,7 +207,6 @@ def render(grid, path=None):
             cells[r][c] = "*"
     return "\n".join(" ".join(row) for row in cells)
 
-
 # -----------------------------------------------------------------------------
 # Vocabulary and formats (MaxRL's public code, whose setup the paper follows, App. K): 32 words, whitespace-split
 
@@ -254,7 +253,6 @@ def max_new_tokens_for(size):
     k = size // 2
     return min(4 * (k * k - 1) + 2, 512 - prompt_len(size))
 
-
 # -----------------------------------------------------------------------------
 # Policy (App. K: about 3M parameters; the shape is MaxRL's): Qwen2, 4 layers, 3.9M parameters
 
@@ -283,7 +281,6 @@ def save_sft(model, tokenizer, out_dir, info):
                          temperature=1.0, top_p=1.0).save_pretrained(tmp)
         atomic_write_json(Path(tmp) / "sft.json", info)
     atomic_dir(out_dir, write)
-
 
 # -----------------------------------------------------------------------------
 # SFT on shortest paths, and the held-out evaluation
@@ -386,7 +383,6 @@ def checkpoint_size(path):
 def length_histogram(grids):
     """{shortest-path length: count}, sorted by length."""
     return dict(sorted(Counter(len(solve(g)) for g in grids).items()))
-
 
 # -----------------------------------------------------------------------------
 # Entry point

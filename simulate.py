@@ -105,7 +105,6 @@ class Config:
         # Before any compute; a killed write's temps (main removes them) may predate the first marker.
         check_out_dir(self.out_dir, known=[f".{n}.tmp.*" for n in OUTPUTS])
 
-
 # -----------------------------------------------------------------------------
 # The simulation: policy, exact count sampler, closed-form gradient, metrics
 
@@ -315,7 +314,6 @@ def simulate(cfg):
             timing[k] += v
     return collect(cfg, outputs), dict(timing), outputs[0][1]["step"]
 
-
 # -----------------------------------------------------------------------------
 # The paper's claims about Fig. 2 (Sec. 5.1): its words as thresholds, fixed before any result (RESULTS.md).
 
@@ -370,7 +368,6 @@ def claims_table(rows):
 
 CLAIMS = ("C1 Q_pos grows at every N", "C2 zone collapses to ~0.2", "C3 γ=1 raises the zone",
           "C4 only N=131,072 keeps M_ret≈1", "C5 regime III is coverage")
-
 
 # -----------------------------------------------------------------------------
 # The mechanism: one step from pi_0, theory beside simulation
@@ -431,7 +428,6 @@ def one_step_table(rows, cfg):
         lines.append(f"| {r['N']} | {r['Pr_B']:.2g} | {r['Q_u_pos']:.3f} | " + " | ".join(
             f(r, k) for k in ("theory_dQ", "sim_dQ", "theory_dQu", "sim_dQu", "opt_dQ", "opt_dQu")) + " |")
     return "\n".join(lines)
-
 
 # -----------------------------------------------------------------------------
 # The optimizer sensitivity study: which of C1-C5 hold under which unstated constants
@@ -518,7 +514,6 @@ def run_sensitivity(cfg, out):
     for wd in (0.0, 0.01):
         plot_sensitivity(results, out / f"fig2_sensitivity_wd{wd:g}.png", wd, q0)
     print(f"wrote {out}/sensitivity.json, sensitivity.md, fig2_sensitivity_wd*.png")
-
 
 # -----------------------------------------------------------------------------
 # Figures

@@ -154,7 +154,6 @@ TASKS = {
     "reverse": TaskEntry(toy_task.make_task, tokenizer=toy_task.build_tokenizer),
 }
 
-
 # -----------------------------------------------------------------------------
 # The RL loop: main sets up and calls train_loop, which calls rl_step once per step
 
@@ -304,7 +303,6 @@ def prompt_indices(cfg, step, rank, world):
     per_rank = cfg.mini_batch_prompts // world          # this rank's prompts in each mini-batch
     return [step * cfg.prompts_per_step + k * cfg.mini_batch_prompts + rank * per_rank + j
             for k in range(cfg.prompts_per_step // cfg.mini_batch_prompts) for j in range(per_rank)]
-
 
 # -----------------------------------------------------------------------------
 # The update: token-mean over the whole mini-batch, across micro-batches and ranks

@@ -18,7 +18,6 @@ from fgrpo_utils.distributed import print0
 from fgrpo_utils.logprob import register_policy_forward
 from fgrpo_utils.memory_plan import engine_kind, grad_checkpointing_on
 
-
 # -----------------------------------------------------------------------------
 # Attention, for the trainer and TorchEngine, registered with transformers as ATTENTION
 
@@ -45,7 +44,6 @@ def use_attention(model):
     AttentionMaskInterface.register(ATTENTION, sdpa_mask)
     model.set_attn_implementation(ATTENTION)
     return model
-
 
 # -----------------------------------------------------------------------------
 # The policy: load, shard with FSDP2, build
