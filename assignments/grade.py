@@ -10,32 +10,38 @@ assignments/HANDOUT.md from the files the runs wrote.
 
 How: only the graded files (problems.GRADED_FILES) are taken from SUBMISSION, into a throwaway folder
 that holds the student release (make_student_copy.py, from this repository's HEAD; in a student copy,
-the files it shipped with). A child process started there, with a bare environment, imports them
-and runs each check's call (assignments/harness.py); it writes what the calls returned and decides
-nothing. This process compares those results with the reference's, so nothing the child does at
-import, at exit or to its own files changes a score. Each problem has a known number of checks: a
-missing result counts as failed, and a problem scores its points only when every check passes.
-In the teacher's repository the checks are the public ones (expected.json, shipped to students)
-plus hidden ones drawn from --seed (a new one each run unless given) and answered by the reference
-advantage.py in this process; a student copy has the public ones only.
+the files it shipped with). A child process runs there in a sandbox (bubblewrap: its own PID namespace,
+no network, the Python and the system read-only, no other file of this machine in sight), imports
+them and runs each check's call (assignments/harness.py); it sends back what the calls returned
+through a pipe and decides nothing. This process compares those results with the reference's, and
+prints its last line only once every process of the sandbox is gone, so nothing the child does at
+import, at exit or to its files changes a score. Each problem has a known number of checks: a missing
+result counts as failed, and a problem scores its points only when every check passes. In the
+teacher's repository the checks are the public ones (expected.json, shipped to students) plus hidden
+ones drawn from --seed (a new one each run unless given) and answered by the reference in this
+process; a student copy has the public ones only. Without bubblewrap the teacher's grading is refused
+(--no_sandbox true accepts the risk); a student copy grades its own code unsandboxed, with a note.
 
-Limits: --import_timeout for importing the graded files (an import that hangs costs every problem
-once, not once per problem), --timeout per problem (the child is then restarted for the rest),
---memory_gb of data segment for the child (RLIMIT_DATA, which a CUDA build of torch imports under;
-an address-space cap would not let it). Ends with `total: X / Y` whatever the submission does.
+Limits: --import_timeout for importing the graded files, --timeout per problem (the child is then
+restarted for the rest), --budget for all of a hand-in's checks (a hand-in that hangs everywhere
+costs at most that), --memory_gb of data segment (RLIMIT_DATA, which a CUDA build of torch imports
+under; an address-space cap would not let it), 256 MiB of results and 64 KiB of output read back.
+Ends with `total: X / Y` whatever the submission does.
 """
 import argparse
+import io
 import json
 import math
 import os
 import resource
 import secrets
+import select
 import shutil
 import signal
-import site
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -259,94 +265,172 @@ def take_graded(src, dst):
     return left
 
 
+# Each hand-in's checks run in a sandbox (bubblewrap, `bwrap`: Flatpak's): a PID namespace of its own (no
+# /proc of the grader; everything it starts dies with it), no network, the Python installation and the
+# system read-only, and of the files only the release with the hand-in's graded files, read-only. It
+# writes nowhere on the host (a 256 MiB tmpfs is its /tmp); its results come back through a pipe, its
+# output through another, both read with a cap.
+SANDBOX_TMP = 256 << 20            # bytes of the sandbox's /tmp (a tmpfs: it counts as memory)
+RESULT_CAP = 256 << 20             # bytes of results read back in all
+LOG_CAP = 64 << 10                 # bytes of the child's output kept (the last ones)
+
+
+def sandbox():
+    """(the bwrap command, None) where bubblewrap makes sandboxes here, else (None, why not)."""
+    bwrap = shutil.which("bwrap")
+    if bwrap is None:
+        return None, "bubblewrap is not installed (apt-get install bubblewrap; dnf install bubblewrap)"
+    try:
+        r = subprocess.run([bwrap, "--ro-bind", "/", "/", "--unshare-all", "--die-with-parent", "true"],
+                           capture_output=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return None, f"bwrap does not run ({e})"
+    err = r.stderr.decode(errors="replace").strip().splitlines()
+    return (bwrap, None) if r.returncode == 0 else (None, f"bwrap cannot make a sandbox here: {err[-1] if err else r.returncode}")
+
+
+def python_dirs():
+    """The folders this Python needs, read-only in the sandbox at their own paths: a virtual
+    environment's and the installation it was made from. The rest of a repository that holds the
+    environment (CI's .venv-ci is inside the teacher's) stays out."""
+    dirs = {sys.prefix, sys.exec_prefix, sys.base_prefix, sys.base_exec_prefix,
+            os.path.dirname(os.path.realpath(sys.executable))}
+    dirs = {os.path.realpath(d) for d in dirs} | {d for d in dirs}
+    return sorted(d for d in dirs if not any(d != o and d.startswith(o + os.sep) for o in dirs))
+
+
+def child_argv(folder, fd, bwrap):
+    """The command that runs the harness on the release in `folder`, results to file descriptor fd."""
+    harness_argv = [sys.executable, "-I", "assignments/harness.py", ".grade/checks.pt", str(fd)]
+    env = {"HOME": "/tmp", "LANG": "C.UTF-8", "OMP_NUM_THREADS": "1", "PYTHONDONTWRITEBYTECODE": "1",
+           "PYTHONHASHSEED": "0", "PATH": "/usr/bin:/bin"}
+    if bwrap is None:
+        return harness_argv, {**env, "HOME": str(folder)}, str(folder)
+    argv = [bwrap, "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL", "--clearenv",
+            "--ro-bind", "/usr", "/usr"]
+    for d in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/etc", "/sys"):
+        argv += ["--ro-bind-try", d, d]
+    for d in python_dirs():
+        argv += ["--ro-bind", d, d]
+    argv += ["--ro-bind", str(folder), "/grade", "--proc", "/proc", "--dev", "/dev",
+             "--size", str(SANDBOX_TMP), "--tmpfs", "/tmp", "--chdir", "/grade"]
+    for k, v in env.items():
+        argv += ["--setenv", k, v]
+    return argv + harness_argv, {}, str(folder)
+
+
 def limits(memory_gb):
     def apply():
-        os.setsid()                                      # its own process group: killed with all it started
-        cap = memory_gb << 30
+        cap = memory_gb << 30                          # the data segment, which a CUDA torch imports under
         resource.setrlimit(resource.RLIMIT_DATA, (cap, cap))
     return apply
 
 
-def inside_reference(path):
-    """Whether path lies in this repository, the teacher's (which holds the reference's graded files)."""
-    return bool(path) and teacher_side() is not None and Path(path).resolve().is_relative_to(ROOT)
+class Child:
+    """One run of the harness: results frames read from a pipe, its output drained into a bounded buffer."""
+
+    def __init__(self, folder, args, bwrap):
+        r, w = os.pipe()
+        argv, env, cwd = child_argv(folder, w, bwrap)
+        self.log = bytearray()
+        self.proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, pass_fds=(w,), start_new_session=True,
+                                     preexec_fn=limits(args.memory_gb))
+        os.close(w)
+        self.results, self.read = os.fdopen(r, "rb", buffering=0), 0
+        self.drainer = threading.Thread(target=self.drain, daemon=True)
+        self.drainer.start()
+
+    def drain(self):
+        for chunk in iter(lambda: self.proc.stdout.read(1 << 16), b""):
+            self.log = (self.log + chunk)[-LOG_CAP:]
+
+    def frame(self, seconds):
+        """The next (name, payload) the harness sent, or "timeout" / "exited" / "too large"."""
+        header = self.read_exactly(8, seconds)
+        if not isinstance(header, bytes):
+            return header
+        size = int.from_bytes(header, "little")
+        if size > RESULT_CAP - self.read:
+            return "too large"
+        body = self.read_exactly(size, seconds)
+        if not isinstance(body, bytes):
+            return body
+        try:
+            return torch.load(io.BytesIO(body), weights_only=True)
+        except Exception:  # noqa: BLE001: whatever the child sent
+            return "unreadable"
+
+    def read_exactly(self, n, seconds):
+        end, out = time.monotonic() + seconds, b""
+        while len(out) < n:
+            left = end - time.monotonic()
+            if left <= 0:
+                return "timeout"
+            ready, _, _ = select.select([self.results], [], [], left)
+            if ready:
+                chunk = self.results.read(n - len(out))
+                if not chunk:
+                    return "exited"
+                out += chunk
+                self.read += len(chunk)
+        return out
+
+    def tail(self):
+        text = bytes(self.log).decode(errors="replace").strip().splitlines()
+        return text[-1][:200] if text else f"exit status {self.proc.poll()}"
+
+    def stop(self, ending=False):
+        """Kill the child and everything it started (the sandbox's PID namespace ends with it), then wait.
+        ending: it closed the results pipe, so give it a few seconds to print its last words first."""
+        try:
+            self.proc.wait(10 if ending else 0.01)
+        except subprocess.TimeoutExpired:
+            pass
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self.proc.wait()
+        self.drainer.join(10)                          # the output left in the pipe, for tail()
+        self.results.close()
 
 
-def reference_reachable():
-    """The child interpreter's own paths (prefix, site-packages) inside this repository. From any of
-    them a hand-in can walk up to the reference's graded files and run those: no process can be kept
-    from reading what its user can read, so grade from a Python installed outside the repository.
-    (PATH entries inside it are left out of the child's environment: run_child.)"""
-    return sorted({p for p in [sys.prefix, sys.exec_prefix, *site.getsitepackages()] if inside_reference(p)})
-
-
-def run_child(folder, checks, todo, args):
-    """Run the checks of the problems in `todo` in child processes. Returns ({problem: [result]},
-    {problem: why it has no results})."""
-    results, why = {}, {}
-    path = [p for p in os.environ.get("PATH", "/usr/bin:/bin").split(os.pathsep) if not inside_reference(p)]
-    env = {"PATH": os.pathsep.join(path), "HOME": str(folder), "LANG": "C.UTF-8",
-           "OMP_NUM_THREADS": "1", "PYTHONDONTWRITEBYTECODE": "1", "PYTHONHASHSEED": "0"}
-    todo = list(todo)
+def run_child(folder, checks, todo, args, bwrap):
+    """Run the checks of the problems in `todo` in sandboxed children, within --budget seconds in all.
+    Returns ({problem: [result]}, {problem: why it has no results})."""
+    results, why, todo = {}, {}, list(todo)
+    deadline = time.monotonic() + args.budget
     while todo:
-        work = Path(tempfile.mkdtemp(prefix="run_", dir=folder / ".grade"))
-        torch.save({pid: checks[pid] for pid in todo}, work / "checks.pt")
-        log = open(work / "log.txt", "wb")
-        child = subprocess.Popen([sys.executable, "-I", "assignments/harness.py", str(work / "checks.pt"), str(work)],
-                                 cwd=folder, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                                 preexec_fn=limits(args.memory_gb))
-
-        def wait_for(path, seconds):
-            end = time.monotonic() + seconds
-            while time.monotonic() < end:
-                if path.exists():
-                    return "ok"
-                if child.poll() is not None:
-                    return "ok" if path.exists() else "exited"
-                time.sleep(0.05)
-            return "timeout"
-
-        def tail():
-            text = (work / "log.txt").read_bytes().decode(errors="replace").strip().splitlines()
-            return text[-1][:200] if text else f"exit status {child.returncode}"
-
-        state = wait_for(work / "imported", args.import_timeout)
-        if state != "ok":
-            stop(child)
-            reason = (f"importing the graded files took over {args.import_timeout} s" if state == "timeout"
-                      else f"the child process ended while importing the graded files: {tail()}")
+        torch.save({pid: checks[pid] for pid in todo}, folder / ".grade" / "checks.pt")
+        child = Child(folder, args, bwrap)
+        got = child.frame(min(args.import_timeout, max(0.0, deadline - time.monotonic())))
+        if got != "imported":
+            child.stop(got == "exited")
+            reason = ("no time left of --budget" if time.monotonic() >= deadline else
+                      f"importing the graded files took over {args.import_timeout} s" if got == "timeout"
+                      else f"the child process ended while importing the graded files: {child.tail()}")
             why.update({pid: reason for pid in todo})
             break
         while todo:
             pid = todo[0]
-            state = wait_for(work / f"{pid}.pt", args.timeout)
-            if state == "ok":
-                try:
-                    results[pid] = torch.load(work / f"{pid}.pt", weights_only=True)
-                except Exception as e:  # noqa: BLE001: whatever the child wrote
-                    why[pid] = f"unreadable results ({type(e).__name__})"
+            got = child.frame(min(args.timeout, max(0.0, deadline - time.monotonic())))
+            if isinstance(got, dict) and got.get("problem") == pid and isinstance(got.get("results"), list):
+                results[pid] = got["results"]
                 todo.pop(0)
                 continue
-            stop(child)
-            why[pid] = (f"timed out after {args.timeout} s" if state == "timeout"
-                        else f"the child process ended: {tail()}")
+            child.stop(got == "exited")
+            why[pid] = ("no time left of --budget" if time.monotonic() >= deadline else
+                        f"timed out after {args.timeout} s" if got == "timeout" else
+                        f"the child process ended: {child.tail()}" if got == "exited" else f"results {got}")
             todo.pop(0)
             break                                           # a fresh child for the rest
-        stop(child)
-        log.close()
+        child.stop()
     return results, why
 
 
-def stop(child):
-    if child.poll() is None:
-        try:
-            os.killpg(child.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    child.wait()
-
-
-def grade_problems(src, args):
+def grade_problems(src, args, bwrap):
     """[(problem id, points earned, points, description, checks passed, checks, [messages])]."""
     checks, want = all_checks(args.seed)
     with tempfile.TemporaryDirectory(prefix="fgrpo_grade_") as tmp:
@@ -354,7 +438,7 @@ def grade_problems(src, args):
         release_into(folder)
         left = take_graded(src, folder)
         (folder / ".grade").mkdir()
-        got, why = run_child(folder, checks, [pid for pid, *_ in PROBLEMS], args)
+        got, why = run_child(folder, checks, [pid for pid, *_ in PROBLEMS], args, bwrap)
     rows = []
     for pid, points, functions, about in PROBLEMS:
         mine = got.get(pid) if isinstance(got.get(pid), list) else []
@@ -587,14 +671,19 @@ def main():
     p.add_argument("--runs", default="", help="folder the handout's commands ran in: also grade the experiments")
     p.add_argument("--json", default="", help="also write the scores to this new file (or one grade.py wrote)")
     p.add_argument("--seed", type=int, default=None, help="seed of the hidden checks (default: a new one)")
-    p.add_argument("--timeout", type=float, default=120, help="seconds per problem")
-    p.add_argument("--import_timeout", type=float, default=300, help="seconds to import the graded files (torch too)")
+    p.add_argument("--timeout", type=float, default=60, help="seconds per problem")
+    p.add_argument("--import_timeout", type=float, default=120, help="seconds to import the graded files (torch too)")
+    p.add_argument("--budget", type=float, default=300, help="seconds for all of a hand-in's checks together")
     p.add_argument("--memory_gb", type=int, default=8, help="data segment cap of the child (RLIMIT_DATA)")
+    p.add_argument("--no_sandbox", default="false", choices=["true", "false"],
+                   help="grade without bubblewrap, accepting the risk: the graded code then runs as you, and can "
+                        "read the reference and other students' grades, outlive the grader and write to its output")
     args = p.parse_args()
     src = Path(args.dir).resolve()
     try:
         check(src.is_dir(), f"{args.dir}: not a folder; pass a student's folder (whole, or its graded files)")
-        check(args.timeout > 0 and args.import_timeout > 0, "--timeout and --import_timeout must be > 0")
+        check(args.timeout > 0 and args.import_timeout > 0 and args.budget > 0,
+              "--timeout, --import_timeout and --budget must be > 0")
         check(args.memory_gb >= 1, "--memory_gb must be >= 1")
         check(not args.runs or Path(args.runs).is_dir(), f"--runs {args.runs}: not a folder")
         if args.json:
@@ -604,11 +693,13 @@ def main():
     if args.seed is None and teacher_side():
         args.seed = secrets.randbelow(1 << 31)
 
-    reachable = reference_reachable()
-    if reachable:
-        print(f"warning: this Python is inside the reference's repository ({reachable[0]}), so a hand-in "
-              f"can find and run the reference's files: grade with a Python installed outside {ROOT}")
-    rows = grade_problems(src, args)
+    bwrap, why = sandbox() if args.no_sandbox == "false" else (None, "--no_sandbox true")
+    if bwrap is None and args.no_sandbox == "false":
+        if teacher_side():      # the reference and other students' grades are here: never without a sandbox
+            refuse(f"no sandbox for the graded code: {why}; install it, or pass --no_sandbox true to accept the "
+                   "risk (the code then runs as you, with the reference and your files in reach)")
+        print(f"note: no sandbox ({why}): grading your own code unsandboxed")
+    rows = grade_problems(src, args, bwrap)
     hidden = f", hidden checks of seed {args.seed}" if teacher_side() else ", public checks only"
     print(f"implementation problems ({src}{hidden}):")
     for i, (pid, earned, points, about, passed, n, messages) in enumerate(rows, 1):
@@ -618,7 +709,7 @@ def main():
     earned, total = sum(r[1] for r in rows), sum(r[2] for r in rows)
     report = {"seed": args.seed, "problems": {r[0]: {"points": r[1], "max": r[2], "checks": r[5], "passed": r[4],
                                                      "failed": r[6]} for r in rows},
-              "implementation": [earned, total], "reference_reachable": reachable}
+              "implementation": [earned, total], "sandbox": bwrap is not None}
     if args.runs:
         print(f"experiment problems, machine-checked part ({args.runs}; plots and sentences are graded by hand):")
         exp = grade_experiments(Path(args.runs), {r[0] for r in rows if r[1] == r[2]})

@@ -3,15 +3,17 @@ The child side of grading: import the graded modules, call them on the inputs of
 write what they returned. It decides nothing: grade.py compares the results with the reference's,
 in its own process. Also the in-process runner grade.py uses for the reference's answers.
 
-    python assignments/harness.py CHECKS RESULTS        # run by grade.py, in a throwaway folder
+    python assignments/harness.py CHECKS FD        # run by grade.py, in its sandbox
 
-CHECKS is a file of torch.save'd checks (make_expected.py builds them), one list per problem;
-RESULTS a folder: RESULTS/imported when the import of every graded module is done, then
-RESULTS/<problem>.pt per problem as it finishes. Values cross the process boundary as plain data
-(tensors, numbers, strings, lists, dicts; enc/dec), so grade.py reads them with weights_only=True.
+CHECKS is a file of torch.save'd checks (make_expected.py builds them), one list per problem; FD a
+pipe to grade.py, which gets one frame ("imported") once every graded module is imported, then one
+per problem as it finishes. Values cross the process boundary as plain data (tensors, numbers,
+strings, lists, dicts; enc/dec), so grade.py reads them with weights_only=True.
 """
 import importlib
 import inspect
+import io
+import os
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -314,8 +316,17 @@ def graded_modules():
     return {m: importlib.import_module(m) for m in sorted({f.rsplit(".", 1)[0] for f in GRADED})}
 
 
-def main(checks_file, results):
-    results = Path(results)
+def send(out, obj):
+    """One frame to grade.py: 8 bytes of length, then obj as torch.save'd plain data."""
+    buf = io.BytesIO()
+    torch.save(obj, buf)
+    out.write(len(buf.getvalue()).to_bytes(8, "little") + buf.getvalue())
+    out.flush()
+
+
+def main(checks_file, fd):
+    out = os.fdopen(int(fd), "wb")
+    os.set_inheritable(out.fileno(), False)            # what the graded code starts does not inherit it
     checks = torch.load(checks_file, weights_only=True)
     modules, failed = {}, {}
     for name in sorted({c["call"].rsplit(".", 1)[0] for cs in checks.values() for c in cs}):
@@ -323,15 +334,14 @@ def main(checks_file, results):
             modules[name] = importlib.import_module(name)
         except Exception as e:  # noqa: BLE001: a syntax error or a raise at import costs its problems only
             failed[name] = f"importing {name.replace('.', '/')}.py failed: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300]
-    (results / "imported").write_text("ok\n")
+    send(out, "imported")
     for pid, cs in checks.items():
-        out = []
+        results = []
         for c in cs:
             torch.manual_seed(0)
             mod = c["call"].rsplit(".", 1)[0]
-            out.append({"error": failed[mod]} if mod in failed else run_check(modules, c)[0])
-        torch.save(out, results / f".{pid}.tmp")
-        (results / f".{pid}.tmp").rename(results / f"{pid}.pt")
+            results.append({"error": failed[mod]} if mod in failed else run_check(modules, c)[0])
+        send(out, {"problem": pid, "results": results})
 
 
 if __name__ == "__main__":
