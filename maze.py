@@ -147,7 +147,9 @@ def solve(grid):
 RULES = ("strict", "walk")      # --maze_reward; strict is the default everywhere
 
 def maze_reward(grid, completion, rule="strict"):
-    """1.0 or 0.0 for a completion (decoded text, or a list of token strings). Never raises.
+    """1.0 or 0.0 for a completion (decoded text, or a list of token strings): any other value (None, ids,
+    bytes) scores 0.0. Raises ValueError("maze reward rule ...: expected one of ('strict', 'walk')") for an
+    unknown rule, and nothing else.
 
     Both rules read the completion up to its first <eos> and give 0 when there is none: an answer
     cut by the length limit is wrong, so no policy gains by never ending (one F-GRPO run on the

@@ -106,8 +106,9 @@ def fmt(x):
     return f"{x:.8g}" if isinstance(x, float) else repr(x)
 
 
-def compare(want, got, what, atol, rtol, zero_rows=(), loose=False):
-    """None if the encoded value `got` matches `want`, else a one-line reason."""
+def compare(want, got, what, atol, rtol, zero_rows=(), loose=False, exact_dtype=False):
+    """None if the encoded value `got` matches `want`, else a one-line reason. exact_dtype: a tensor
+    must have the reference's dtype itself (float32 out of bf16 logits, not bf16 or float64)."""
     if not isinstance(got, dict) or "kind" not in got:
         return f"{what}: malformed result"
     kw, kg, w, g = want["kind"], got["kind"], want["v"], got["v"]
@@ -123,6 +124,8 @@ def compare(want, got, what, atol, rtol, zero_rows=(), loose=False):
             return f"{what}: shape {tuple(g.shape)}, expected {tuple(w.shape)}"
         if w.is_floating_point() and not (g.is_floating_point() or g.dtype == torch.bool):
             return f"{what}: dtype {g.dtype}, expected a floating tensor"
+        if exact_dtype and g.dtype != w.dtype:
+            return f"{what}: dtype {g.dtype}, expected {w.dtype}"
         g64, w64 = g.detach().to(torch.float64), w.to(torch.float64)
         ok = torch.isclose(g64, w64, rtol=rtol, atol=atol)
         for r in zero_rows:
@@ -144,7 +147,8 @@ def compare(want, got, what, atol, rtol, zero_rows=(), loose=False):
             return f"{what}: returned a {kg}{f' of {len(g)}' if kg in ('tuple', 'list') else ''}, " \
                    f"expected a {kw} of {len(w)}"
         return next((m for i, (a, b) in enumerate(zip(w, g))
-                     if (m := compare(a, b, f"{what}[{i}]", atol, rtol, zero_rows if i == 0 else (), loose))), None)
+                     if (m := compare(a, b, f"{what}[{i}]", atol, rtol, zero_rows if i == 0 else (), loose,
+                                      exact_dtype))), None)
     if kw == "dict":
         if kg != "dict" or set(g) != set(w):
             return f"{what}: keys {sorted(g) if kg == 'dict' else kg}, expected {sorted(w)}"
@@ -173,7 +177,11 @@ def judge(c, want, got, results, i):
         m = compare_spied(c, want.get("spied", {}), got.get("spied"), what, atol, rtol)
         if m:
             return m
-    m = compare(want["out"], got.get("out"), what, atol, rtol, c.get("zero_rows", ()))
+    m = compare(want["out"], got.get("out"), what, atol, rtol, c.get("zero_rows", ()), exact_dtype=c.get("exact_dtype"))
+    if not m and "saved_peak" in want and not (isinstance(got.get("saved_peak"), int)
+                                               and got["saved_peak"] <= 1.5 * want["saved_peak"] + (1 << 16)):
+        m = (f"{what}: autograd held {got.get('saved_peak', 0) / 2**10:.0f} KiB at once, the reference "
+             f"{want['saved_peak'] / 2**10:.0f} KiB: backward each micro-batch as it is done, not all at the end")
     if not m and "grads" in want:
         m = compare(want["grads"], got.get("grads"), f"{what}: gradient", atol, rtol)
     if not m and "param_grads" in want:
@@ -210,8 +218,9 @@ def compare_spied(c, want, got, what, atol, rtol):
 def properties(c, got, base, what):
     """Problem 5: what any focal weighting keeps, judged on the student's own chain of Problems 1-4."""
     if c["properties"] == "base":
-        return compare({"kind": "tensor", "v": c["args"][0].to(torch.float64)}, got.get("out"), what, math.inf, 0) \
-            and f"{what}: group_advantages returned no (G, N) tensor"
+        if compare({"kind": "tensor", "v": c["args"][0].to(torch.float64)}, got.get("out"), what, math.inf, 0):
+            return f"{what}: group_advantages returned no (G, N) tensor"
+        return ordered(c["args"][0], got["out"]["v"], what)
     out = got.get("out", {})
     if out.get("kind") not in ("tuple", "list") or len(out["v"]) != 2 or \
             any(x.get("kind") != "tensor" for x in out["v"] if isinstance(x, dict)):
@@ -226,11 +235,32 @@ def properties(c, got, base, what):
         return f"gamma {gamma}: uniform groups got non-zero advantages"
     if not (g >= 0).all():
         return f"gamma {gamma}: a negative weight flips the sign of its group's update"
+    base = base.get("out", {}) if isinstance(base, dict) else {}
     if gamma == 0:
-        base = base.get("out", {}) if isinstance(base, dict) else {}
         if not (torch.equal(g.double(), torch.ones_like(g, dtype=torch.float64)) and base.get("kind") == "tensor"
                 and torch.equal(A, base["v"])):
             return "gamma 0 must give g = 1 and group_advantages' output bit for bit"
+    if base.get("kind") == "tensor" and base["v"].shape == A.shape and not torch.allclose(
+            A.double(), g.double()[:, None] * base["v"].double(), rtol=1e-5, atol=1e-7):
+        return f"gamma {gamma}: the advantages are not g times group_advantages' (Eq. 13)"
+    mu = R.double().mean(1)
+    mixed = [i for i in range(R.shape[0]) if i not in c["zero_rows"]]
+    for i in mixed:                  # a group the policy solves more often weighs no more (Eq. 12)
+        for j in mixed:
+            if mu[i] < mu[j] - 1e-9 and gamma > 0 and not g[i] > g[j]:
+                return f"gamma {gamma}: a group with success rate {mu[j]:.3f} weighs as much as one with {mu[i]:.3f}"
+    return ordered(R, A, f"gamma {gamma}")
+
+
+def ordered(R, A, what):
+    """In a group with signal, a higher reward gets a higher advantage and the advantages sum to zero."""
+    for i in range(R.shape[0]):
+        r, a = R[i].double(), A[i].double()
+        if (r == r[0]).all():
+            continue
+        hi, lo = int(r.argmax()), int(r.argmin())
+        if not (a[hi] > a[lo] and abs(float(a.sum())) <= 1e-5 * max(1.0, float(a.abs().sum()))):
+            return f"{what}: group {i}'s advantages do not rank its rewards around zero (got {a.tolist()})"
     return None
 
 

@@ -20,7 +20,6 @@ from types import SimpleNamespace
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 
 # -----------------------------------------------------------------------------
@@ -99,6 +98,9 @@ def bind(fn, args, kwargs):
 # Stand-ins for the graded functions a function under test calls, so that each problem is graded
 # on its own: they answer with the reference's outputs (recorded by grade.py), never its code.
 
+STAND_IN_KINDS = ("memo", "linear", "affine", "jacobian")     # what a check's stand-ins may be
+
+
 def recorded(calls, a):
     """The reference's recorded call whose arguments equal the bound arguments a, or None."""
     return next((c for c in calls if all(same(a.get(k), v) for k, v in c["args"].items())), None)
@@ -120,9 +122,10 @@ class Linear:
     """A stand-in for a function linear in its first argument x, f(x, ...) = sum(x * W), W recorded
     per call of the reference (the other arguments as stored); differentiable in x. affine=True: for
     a function whose output (or its first element) is a scalar that a caller differentiates, the
-    reference's recorded output plus the first-order term sum((x - x_ref) W), W = d out / d x there:
-    exact in value and gradient at the call the reference made. Any other call goes on to the graded
-    module's own function."""
+    reference's recorded output plus the first-order term sum((a - a_ref) W_a) for every floating
+    tensor argument a, W_a = d out / d a there: exact in value and in the gradient of every argument
+    at the call the reference made (an old_logp that was not detached gets its gradient too). Any
+    other call goes on to the graded module's own function."""
 
     def __init__(self, fn, calls, affine=False):
         self.fn, self.calls, self.affine = fn, calls, affine
@@ -137,19 +140,39 @@ class Linear:
             return (x * c["W"].to(x.dtype if x.is_floating_point() else c["W"].dtype)).sum()
         out = dec_out(c["out"])
         head = out[0] if isinstance(out, tuple) else out
-        head = head.to(x.dtype) + ((x - x.detach()) * c["W"].to(x.dtype)).sum()
+        head = head.to(x.dtype) + sum(((a[k] - a[k].detach()) * W.to(a[k].dtype)).sum() for k, W in c["W"].items()
+                                      if isinstance(a.get(k), torch.Tensor) and a[k].is_floating_point())
         return (head, *out[1:]) if isinstance(out, tuple) else head
 
 
-def torch_head_logp(h, weight, bias, targets, temperature=1.0, entropy=False, chunk_bytes=0):
-    """logprob.head_logp from torch's own cross-entropy and Categorical: what Problem 15's checks
-    run in place of the student's Problem 13."""
-    z = F.linear(h, weight, bias).to(torch.promote_types(h.dtype, torch.float32)) / temperature
-    H = torch.distributions.Categorical(logits=z).entropy() if entropy else None
-    return -F.cross_entropy(z, targets, reduction="none"), H
+class Jacobian:
+    """A stand-in for a function of tensors to tensors (logprob.head_logp in Problem 15's checks): the
+    reference's recorded outputs plus J (a - a_ref) for every floating tensor argument a, J its recorded
+    Jacobian: exact in value and first-order gradient at the call the reference made, and no code of
+    the reference's in the sandbox. Any other call goes on to the graded module's own function."""
 
+    def __init__(self, fn, calls):
+        self.fn, self.calls = fn, calls
 
-STAND_INS = {"torch_head_logp": torch_head_logp}      # check["patch"]: {"module.name": one of these}
+    def __call__(self, *args, **kwargs):
+        a = bind(self.fn, args, kwargs)
+        c = recorded(self.calls, a)
+        if c is None:
+            return self.fn(*args, **kwargs)
+        out = dec_out(c["out"])
+        outs = list(out) if isinstance(out, tuple) else [out]
+        for i, J in c["J"].items():
+            y, terms = outs[int(i)], []
+            for k, (form, *j) in J.items():
+                d = a[k] - a[k].detach()
+                if form == "diag":                 # row r of y depends on row r of a alone
+                    terms.append((j[0].to(d.dtype) * d).flatten(1).sum(-1))
+                elif form == "rank1":              # J[r] = u[r] v[r]^T
+                    terms.append(torch.einsum("rm,mn,rn->r", j[0].to(d.dtype), d, j[1].to(d.dtype)))
+                else:
+                    terms.append((j[0].to(d.dtype) * d).flatten(y.ndim).sum(-1))
+            outs[int(i)] = y + sum(terms).to(y.dtype)
+        return tuple(outs) if isinstance(out, tuple) else outs[0]
 
 
 class Spy:
@@ -166,27 +189,49 @@ class Spy:
 
 
 class Recorder:
-    """The reference's function, recording each call: Memo's table, Linear's (W = d f / d x) or,
-    kind "affine", Linear(affine=True)'s (the output and W at the call)."""
+    """The reference's function, recording each call: Memo's table, Linear's (W = d f / d x), kind
+    "affine" Linear(affine=True)'s (the output and W of every floating tensor argument at the call),
+    kind "jacobian" Jacobian's (the outputs and their Jacobians in every floating tensor argument)."""
 
     def __init__(self, fn, kind):
-        self.fn, self.linear, self.affine, self.calls = fn, kind == "linear", kind == "affine", []
+        self.fn, self.kind, self.calls = fn, kind, []
 
     def __call__(self, *args, **kwargs):
         a = bind(self.fn, args, kwargs)
         first = next(iter(a))
         stored = {k: (v.detach().clone() if isinstance(v, torch.Tensor) else v) for k, v in a.items()
-                  if not (self.linear and k == first)}
+                  if not (self.kind == "linear" and k == first)}
         out = self.fn(*args, **kwargs)
-        if self.affine:
-            x = a[first].detach().clone().requires_grad_(True)
+        PAUSED[0] = True
+        try:
+            self.record(a, first, stored, out)
+        finally:
+            PAUSED[0] = False
+        return out
+
+    def record(self, a, first, stored, out):
+        floats = [k for k, v in a.items() if isinstance(v, torch.Tensor) and v.is_floating_point()]
+        if self.kind == "affine":
+            xs = {k: a[k].detach().clone().requires_grad_(True) for k in floats}
             with torch.enable_grad():
-                y = self.fn(x, *list(a.values())[1:])
+                y = self.fn(**{**a, **xs})
                 y = y[0] if isinstance(y, tuple) else y
-                W = torch.autograd.grad(y, x, allow_unused=True)[0] if y.requires_grad else None
-            self.calls.append({"args": stored, "out": enc(out), "W": torch.zeros_like(x) if W is None else W.detach()})
-            return out
-        if self.linear:
+                Ws = torch.autograd.grad(y, list(xs.values()), allow_unused=True) if y.requires_grad \
+                    else [None] * len(xs)
+            W = {k: torch.zeros_like(x) if w is None else w.detach() for (k, x), w in zip(xs.items(), Ws)}
+            self.calls.append({"args": stored, "out": enc(out), "W": W})
+        elif self.kind == "jacobian":
+            J = {}
+            for i, y in enumerate(out if isinstance(out, tuple) else (out,)):
+                if isinstance(y, torch.Tensor) and y.is_floating_point():
+                    def f(*xs, i=i):
+                        y = self.fn(**{**a, **dict(zip(floats, xs))})
+                        return y[i] if isinstance(y, tuple) else y
+                    with torch.enable_grad():
+                        jac = torch.autograd.functional.jacobian(f, tuple(a[k].detach() for k in floats))
+                    J[str(i)] = {k: compact(j.detach(), y.ndim) for k, j in zip(floats, jac)}
+            self.calls.append({"args": stored, "out": enc(out), "J": J})
+        elif self.kind == "linear":
             x = torch.zeros_like(a[first], dtype=torch.float64, requires_grad=True)
             with torch.enable_grad():                        # the caller may be under no_grad
                 y = self.fn(x, *list(a.values())[1:])
@@ -194,7 +239,26 @@ class Recorder:
             self.calls.append({"args": stored, "W": torch.zeros_like(x) if W is None else W})
         else:
             self.calls.append({"args": stored, "out": enc(out)})
-        return out
+
+
+def compact(J, out_ndim):
+    """A Jacobian d y / d a, y of shape (R,), in the smallest exact form: ("diag", J[r, r]) when a is (R, ...)
+    and row r of y depends on row r of a alone; ("rank1", u, v) when each J[r] is a matrix of rank one,
+    u[r] v[r]^T (a per-row linear layer's weight: a fraction of the size); else ("full", J)."""
+    if out_ndim != 1 or J.ndim < 2:
+        return ("full", J)
+    R, rows = J.shape[0], torch.arange(J.shape[0])
+    if J.shape[1] == R:
+        off = J.clone()
+        off[rows, rows] = 0
+        if not off.any():
+            return ("diag", J[rows, rows])
+    if J.ndim == 3:
+        U, S, Vh = torch.linalg.svd(J, full_matrices=False)           # (R, m, k), (R, k), (R, k, n)
+        u, v = U[:, :, 0] * S[:, :1], Vh[:, 0, :]
+        if torch.allclose(u[:, :, None] * v[:, None, :], J, rtol=1e-13, atol=1e-15 * float(J.abs().max())):
+            return ("rank1", u, v)
+    return ("full", J)
 
 
 def dec_out(e):
@@ -224,20 +288,125 @@ def tensors(obj):
             yield from tensors(x)
 
 
+class SavedBytes(torch.autograd.graph.saved_tensors_hooks):
+    """The most bytes autograd held for backward at once during the block: each tensor a graph saves
+    counts until its graph is freed (a backward per micro-batch keeps this at one micro-batch's).
+    PAUSED[0] leaves out what a Recorder computes beside the reference's call."""
+
+    def __init__(self):
+        self.live = self.peak = 0
+        super().__init__(self.pack, lambda held: held.t)
+
+    def pack(self, t):
+        if PAUSED[0]:
+            return Held(t, None, 0)
+        n = t.numel() * t.element_size()
+        self.live += n
+        self.peak = max(self.peak, self.live)
+        return Held(t, self, n)
+
+
+PAUSED = [False]
+
+
+class Held:
+    def __init__(self, t, owner, n):
+        self.t, self.owner, self.n = t, owner, n
+
+    def __del__(self):
+        if self.owner is not None:
+            self.owner.live -= self.n
+
+
+def whole(t):
+    """A tensor whole: a sharded one (FSDP2's DTensor) gathered from every rank (a collective)."""
+    return t.full_tensor() if hasattr(t, "full_tensor") else t
+
+
 def pick(out, path):
     for i in path:
         out = out[i] if not isinstance(out, dict) else out[i]
     return out
 
 
+RANK_TIMEOUT = 30         # seconds a check on several ranks may take: a rank left waiting in a collective fails
+
+
+def run_ranks(modules, check, record):
+    """A check on check["ranks"] real ranks, a process each (gloo over a file store): each rank takes
+    its share check["shares"][r] of the per-sequence arguments (positions check["per_sequence"]), the
+    model argument sharded with FSDP2 as train.py shards it. Returns rank 0's result, with the model's
+    whole gradient, and (record) the stand-ins' tables of every rank."""
+    import multiprocessing
+    import tempfile
+    import time
+    from queue import Empty
+    ctx, n = multiprocessing.get_context("spawn"), check["ranks"]
+    sources = {name: getattr(m, "__source__", None) for name, m in modules.items()}
+    store, q = os.path.join(tempfile.mkdtemp(), "store"), ctx.Queue()
+    procs = [ctx.Process(target=rank_main, args=(r, check, sources, record, store, q), daemon=True) for r in range(n)]
+    for p in procs:
+        p.start()
+    got, end = {}, time.monotonic() + RANK_TIMEOUT
+    while len(got) < n and time.monotonic() < end and not any(p.exitcode not in (None, 0) for p in procs):
+        try:
+            r, payload = q.get(timeout=0.5)
+            got[r] = torch.load(io.BytesIO(payload), weights_only=True)
+        except Empty:
+            pass
+    for p in procs:
+        p.kill()
+        p.join()
+    if len(got) < n:
+        return {"error": f"RanksDidNotFinish: {n - len(got)} of {n} ranks gave no result within {RANK_TIMEOUT} s "
+                         "(a rank left waiting in a collective the others never join?)"}, {}
+    result, tables = got[0]
+    for r in range(1, n):
+        for kind, t in got[r][1].items():
+            for name, calls in t.items():
+                tables[kind][name] = tables[kind][name] + calls
+    return result, tables
+
+
+def rank_main(rank, check, sources, record, store, q):
+    from datetime import timedelta
+    n = check["ranks"]
+    torch.distributed.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=n,
+                                         timeout=timedelta(seconds=RANK_TIMEOUT))
+    modules = {}
+    for name, src in sources.items():               # a module given as source (a test's wrong version) or on disk
+        if src is None:
+            modules[name] = importlib.import_module(name)
+        else:
+            mod = sys.modules[name] = type(sys)(name)
+            mod.__source__ = src
+            exec(compile(src, f"<{name}>", "exec"), mod.__dict__)
+            modules[name] = mod
+    share = check["shares"][rank]
+    args = [([a[i] for i in share] if isinstance(a, list) else a[share]) if k in check["per_sequence"] else a
+            for k, a in enumerate(check["args"])]
+    torch.manual_seed(0)
+    buf = io.BytesIO()                          # plain bytes: no tensor shared with a process about to end
+    torch.save(run_check(modules, {**check, "ranks": None, "args": args, "shard": True}, record), buf)
+    q.put((rank, buf.getvalue()))
+    torch.distributed.barrier()
+    torch.distributed.destroy_process_group()
+
+
 def run_check(modules, check, record=False):
     """Run one check: {"call": "module.function", "args", "kwargs", "grad": [input names], "grad_of":
-    index path into the output, "memo" / "linear": {name: calls}, "spy": {name: W}}. With record=True
-    (the reference, in grade.py) the stand-ins of "memo" / "linear" record the calls instead, and the
-    tables are returned. Returns (result, tables)."""
+    index path into the output, "memo" / "linear" / "affine" / "jacobian": {name: calls}, "spy": {name:
+    W}}, on check["ranks"] ranks when given (run_ranks). With record=True (the reference, in grade.py)
+    the stand-ins record the calls instead, and the tables are returned. Returns (result, tables)."""
+    if check.get("ranks"):
+        return run_ranks(modules, check, record)
     mod_name, fn_name = check["call"].rsplit(".", 1)
     mod = modules[mod_name]
     args, kwargs = dec(check.get("args", [])), dec(check.get("kwargs", {}))
+    if check.get("shard"):                      # one of several ranks: the model sharded, as train.py's
+        from fgrpo_utils.policy import shard
+        i = list(inspect.signature(getattr(mod, fn_name)).parameters).index(check["param_grads"])
+        args[i] = shard(args[i], torch.device("cpu"))
     fn = getattr(mod, fn_name)
     names = list(inspect.signature(fn).parameters)
     for i, a in enumerate(args):
@@ -250,20 +419,17 @@ def run_check(modules, check, record=False):
 
     def where(name):          # "token_mean": the module under test's; "fgrpo_utils.logprob.head_logp": that module's
         m, _, attr = name.rpartition(".")
-        return (modules[m] if m else mod), attr
+        return (modules.get(m) or importlib.import_module(m) if m else mod), attr
 
     saved, stand_ins = {}, {}
-    for kind in ("memo", "linear", "affine"):
+    for kind in STAND_IN_KINDS:
         for name, calls in check.get(kind, {}).items():
             saved[name] = getattr(*where(name))
-            stand_ins[name] = Recorder(saved[name], kind) if record else \
-                Memo(saved[name], calls) if kind == "memo" else Linear(saved[name], calls, kind == "affine")
+            stand_ins[name] = Recorder(saved[name], kind) if record else Memo(saved[name], calls) if kind == "memo" \
+                else Jacobian(saved[name], calls) if kind == "jacobian" else Linear(saved[name], calls, kind == "affine")
     for name, W in check.get("spy", {}).items():
         saved[name] = getattr(*where(name))
         stand_ins[name] = Spy(saved[name], W)
-    for name, stand_in in check.get("patch", {}).items():
-        saved[name] = getattr(*where(name))
-        stand_ins[name] = STAND_INS[stand_in]
     started = bool(check.get("dist")) and not torch.distributed.is_initialized()
     if started:                         # all_sum and friends, one rank, for this check only
         torch.distributed.init_process_group("gloo", store=torch.distributed.HashStore(), rank=0, world_size=1)
@@ -272,7 +438,13 @@ def run_check(modules, check, record=False):
         for name, s in stand_ins.items():
             setattr(*where(name), s)
         try:
-            out = fn(*args, **kwargs)
+            if check.get("saved_bytes"):
+                held = SavedBytes()
+                with held:
+                    out = fn(*args, **kwargs)
+                result["saved_peak"] = held.peak
+            else:
+                out = fn(*args, **kwargs)
         except Exception as e:  # noqa: BLE001: any exception is the student's result
             result["error"] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300]
             return result, {}
@@ -291,14 +463,14 @@ def run_check(modules, check, record=False):
             result["grads"] = enc(grads)
         if check.get("param_grads"):        # what the call accumulated in a model's .grad
             model = ({n: a for n, a in zip(names, args)} | kwargs)[check["param_grads"]]
-            result["param_grads"] = enc({n: p.grad if p.grad is not None else torch.zeros_like(p)
+            result["param_grads"] = enc({n: whole(p.grad) if p.grad is not None else torch.zeros_like(whole(p))
                                          for n, p in model.named_parameters()})
         result["mutated"] = not all(torch.equal(a, b) or (a.shape == b.shape and bool(
             torch.isclose(a.double(), b.double(), equal_nan=True, rtol=0, atol=0).all()))
             for a, b in zip((t.detach() for t in tensors([args, kwargs])), before))
         result["spied"] = {name: s.calls for name, s in stand_ins.items() if isinstance(s, Spy)}
         tables = {kind: {name: stand_ins[name].calls for name in check.get(kind, {})}
-                  for kind in ("memo", "linear", "affine")}
+                  for kind in STAND_IN_KINDS}
         return result, tables if record else {}
     except Exception as e:  # noqa: BLE001: a gradient that fails, or outputs that do not encode
         result = {"error": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300]}

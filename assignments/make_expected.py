@@ -60,7 +60,7 @@ def unround_uniform(g, dtype, N, count):
 
 
 def check(problem, call, args, kwargs=None, name="", **opts):
-    for kind in ("memo", "linear", "affine"):           # each check records its own tables (answer)
+    for kind in harness.STAND_IN_KINDS:                # each check records its own tables (answer)
         if kind in opts:
             opts[kind] = {k: [] for k in opts[kind]}
     return {"problem": problem, "name": name, "call": call, "args": list(args), "kwargs": kwargs or {}, **opts}
@@ -232,6 +232,13 @@ def policy_loss(g):
     deps = {"memo": {"clip_bounds": []}, "linear": {"token_mean": []}, "spy": {"aggregate": W}}
     out = [check("policy_loss", "advantage.policy_loss", [logp, o, a, mask, lt], kw, f"{lt} {kw}",
                  grad=["logp"], grad_of=[0], **deps) for lt, o, a, kw in specs]
+    f32 = dict(atol=1e-5, rtol=1e-5)
+    far32 = old.clone()
+    far32[0, 0] = logp[0, 0] - 100.0        # log-ratio 100: exp overflows float32 unless clamped first
+    far32[1, 1] = logp[1, 1] + 100.0
+    out += [check("policy_loss", "advantage.policy_loss", [logp.float(), far32.float(), A.float(), mask.float(), lt],
+                  {}, f"{lt}, float32, log-ratios of +-100", grad=["logp"], grad_of=[0], **deps, **f32)
+            for lt in ("grpo", "cispo")]
     empty = torch.zeros_like(mask)                                          # no response tokens at all
     out += [check("policy_loss", "advantage.policy_loss", [logp, old, A, empty, lt], {}, f"{lt}, empty mask",
                   grad=["logp"], grad_of=[0], **deps) for lt in ("grpo", "cispo")]
@@ -283,10 +290,13 @@ def logprobs(g):
     batch = {"targets": targets, "completion_mask": lengths_mask(lengths, T).bool()}
     exact, f32 = dict(atol=1e-9, rtol=1e-9), dict(atol=1e-5, rtol=1e-5)     # float32: any stable order passes
     out = [check("logprobs", "fgrpo_utils.logprob.token_logp", [logits, batch], name="float64", grad=["logits"], **exact),
-           check("logprobs", "fgrpo_utils.logprob.token_logp", [logits.float(), batch], name="float32", grad=["logits"], **f32),
+           check("logprobs", "fgrpo_utils.logprob.token_logp", [logits.float(), batch], name="float32", grad=["logits"],
+                 exact_dtype=True, **f32),
            check("logprobs", "advantage.entropy_from_logits", [logits], name="float64", grad=["logits"], **exact),
-           check("logprobs", "advantage.entropy_from_logits", [logits[1].float()], name="float32", grad=["logits"], **f32),
-           check("logprobs", "advantage.entropy_from_logits", [logits[2, 0].bfloat16()], name="bfloat16 -> float32", **f32)]
+           check("logprobs", "advantage.entropy_from_logits", [logits[1].float()], name="float32", grad=["logits"],
+                 exact_dtype=True, **f32),                        # float32 in, float32 out: not float64
+           check("logprobs", "advantage.entropy_from_logits", [logits[2, 0].bfloat16()], name="bfloat16 -> float32",
+                 exact_dtype=True, **f32)]
     N, d = 7, 4
     h = torch.randn(N, d, generator=g, dtype=F64)
     h[0] *= 30                                                 # a large spread on one token
@@ -299,8 +309,24 @@ def logprobs(g):
                              f"head, T {T_:.3f}, bias {bias is not None}, grad of {('logp', 'H')[i]}",
                              grad=grads, grad_of=[i], **exact))
     out.append(check("logprobs", "fgrpo_utils.logprob.head_logp", [h.float(), W.float(), None, t], {}, "T = 1, no entropy",
-                     grad=["h"], grad_of=[0], **f32))
+                     grad=["h"], grad_of=[0], exact_dtype=True, **f32))
+    # bf16 hidden states and head (FSDP's mixed precision): float32 log-probs and entropy, not bf16 ones
+    out.append(check("logprobs", "fgrpo_utils.logprob.head_logp", [h.bfloat16(), W.bfloat16(), None, t, T_, True], {},
+                     "bfloat16 in, float32 out", exact_dtype=True, atol=0.15, rtol=0.05))
     return out
+
+
+def wall_bump(grid, path):
+    """(k, move): after the first k moves of the shortest path, a move into a wall (some position on
+    the path has one: a grid's border walls it in)."""
+    import maze
+    pos = maze.find(grid, "S")
+    for k in range(len(path) + 1):
+        move = next((m for m in maze.MOVES if maze.step(grid, pos, m) is None), None)
+        if move is not None:
+            return k, move
+        pos = maze.step(grid, pos, path[k])
+    raise AssertionError("no wall along the path")
 
 
 def maze_reward(g):
@@ -310,20 +336,34 @@ def maze_reward(g):
         grid = maze.make_maze(size, int(torch.randint(0, 10**6, (1,), generator=g)))
         path = maze.solve(grid)
         back = {"UP": "DOWN", "DOWN": "UP", "LEFT": "RIGHT", "RIGHT": "LEFT"}
-        wall = next(m for m in maze.MOVES if maze.step(grid, maze.find(grid, "S"), m) is None)
+        k, wall = wall_bump(grid, path)
+        goal = maze.find(grid, "G")
+        goal_wall = next((m for m in maze.MOVES if maze.step(grid, goal, m) is None), None)
+        j = int(torch.randint(0, len(path), (1,), generator=g))
         cases = [" ".join(path + ["DONE", "<eos>"]),                  # right
                  path + ["DONE", "<eos>"],                            # right, as token strings
                  "".join(path) + "DONE<eos>",                         # no spaces: the same words
                  " ".join(path + ["DONE", "<eos>", "UP", "UP"]),      # after <eos>: not in a rollout
                  " ".join(path + ["DONE"]),                           # no <eos>: cut by the length limit
+                 " ".join(path + ["DONE", "DONE", path[0]]),          # rambling to the length limit
                  " ".join(path + ["<eos>"]),                          # no DONE
+                 " ".join(path + ["<eos>", "DONE"]),                  # <eos> before DONE
                  " ".join(path + ["DONE", path[-1], "<eos>"]),        # a move after DONE
+                 " ".join(path + ["DONE", "DONE", "<eos>"]),          # DONE twice
                  " ".join(path + [back[path[-1]], "DONE", "<eos>"]),  # walk: 1 at G, whatever follows
+                 " ".join(path + ["DONE", "FOO", "<eos>"]),           # an unknown word after DONE
+                 " ".join(path[:j] + ["PATH"] + path[j:] + ["DONE", "<eos>"]),   # a word between the moves
+                 " ".join(path[:j] + ["FOO"] + path[j:] + ["DONE", "<eos>"]),    # garbage between the moves
+                 " ".join(path[:-1] + [path[-1] + "X", "DONE", "<eos>"]),      # junk glued to a move
+                 " ".join(path + ["FOO", "DONE", "<eos>"]),           # a non-move word after the goal
                  " ".join([path[0], back[path[0]]] + path + ["DONE", "<eos>"]),  # a detour: walk 1, strict 0
                  " ".join(path[:-1] + ["DONE", "<eos>"]),             # one move short
-                 " ".join([wall] + path + ["DONE", "<eos>"]),         # into a wall first
+                 " ".join(path[:k] + [wall] + path[k:] + ["DONE", "<eos>"]),     # into a wall on the way
                  " ".join(path).lower() + " DONE <eos>",              # not the vocabulary's words
-                 "", "<eos>", None, [1, 2, 3]]                        # nothing, ids, None: 0, never raise
+                 " ".join(path) + " done <eos>",
+                 "", "   \n ", "<eos>", "DONE <eos>", None, 42, [], [1, 2, 3], path + ["DONE", 7]]
+        if goal_wall is not None:                                     # walk: a bump at the goal still scores
+            cases.append(" ".join(path + [goal_wall, "DONE", "<eos>"]))
         out += [check("maze_reward", "maze.maze_reward", [grid, c, rule], name=f"{size}x{size} {rule} case {i}")
                 for rule in ("strict", "walk") for i, c in enumerate(cases)]
         out.append(check("maze_reward", "maze.maze_reward", [grid, cases[0]], name="the default rule"))
@@ -358,18 +398,40 @@ def update(g):
                 kl_coef=0.0, entropy_coef=0.0, loss="grpo", eps_low=None, eps_high=None, dual_clip=3.0,
                 temperature=1.0, loss_agg="token-mean", max_response_len=8)
     assert set(base) <= {f.name for f in dataclasses.fields(train.Config)}
-    specs = [("on-policy, 3 micro-batches", {}, None, 1),      # a micro-batch's own count: wrong weights
-             ("as on one of 2 ranks", {}, None, 2),            # FSDP averages over ranks: x world undoes it
-             ("off-policy dapo, T 0.7", {"loss": "dapo", "temperature": 0.7}, old, 1),   # the ratio uses old_logp
-             ("seq-mean-token-mean, no skipping", {"loss_agg": "seq-mean-token-mean", "skip_dead_groups": False}, None, 1),
-             ("cispo + entropy bonus", {"loss": "cispo", "entropy_coef": 0.05}, None, 1),  # every token forwarded
-             ("Dr. GRPO, one micro-batch", {"loss_agg": "seq-mean-token-sum-norm", "micro_batch_size": 64}, old, 1)]
-    deps = {"affine": {"policy_loss": [], "aggregate": [], "token_mean": []}, "patch": {"fgrpo_utils.logprob.head_logp": "torch_head_logp"},
-            "dist": True, "param_grads": "model"}
-    return [check("update", "train.update_minibatch", [model, None, prompts, completions, A, o],
-                  {"on_policy": o is None, "cfg": {"namespace": {**base, **kw}}, "pad_id": 0, "device": "cpu",
-                   "world": world}, name, atol=1e-9, rtol=1e-9, **deps)
-            for name, kw, o, world in specs]
+    dead = torch.zeros_like(A)                                # every group without signal: one empty pass
+    ref = qwen2(g, V)                                         # GRPO-KL's frozen reference
+    T = round(0.6 + 0.3 * float(torch.rand((), generator=g)), 3)
+    specs = [("on-policy, 3 micro-batches", {}, None, A, 1),   # a micro-batch's own count: wrong weights
+             ("as on one of 2 ranks", {}, None, A, 2),         # FSDP averages over ranks: x world undoes it
+             ("off-policy dapo, T 0.7", {"loss": "dapo", "temperature": 0.7}, old, A, 1),   # the ratio uses old_logp
+             ("seq-mean-token-mean, no skipping", {"loss_agg": "seq-mean-token-mean", "skip_dead_groups": False},
+              None, A, 1),
+             ("cispo + entropy bonus", {"loss": "cispo", "entropy_coef": 0.05}, None, A, 1),  # every token forwarded
+             ("entropy bonus, seq-mean-token-mean", {"entropy_coef": 0.05, "loss_agg": "seq-mean-token-mean"},
+              old, A, 1),                                      # the bonus aggregates as the loss does
+             ("entropy bonus, Dr. GRPO", {"entropy_coef": 0.1, "loss_agg": "seq-mean-token-sum-norm"}, None, A, 1),
+             (f"KL to a reference, T {T}", {"kl_coef": 0.2, "temperature": T}, old, A, 1),   # sign, order, T, grad
+             ("Dr. GRPO, one micro-batch", {"loss_agg": "seq-mean-token-sum-norm", "micro_batch_size": 64}, old, A, 1),
+             ("every group without signal", {}, None, dead, 1)]   # the metrics the trainer reads, still
+    deps = {"affine": {"policy_loss": [], "aggregate": [], "token_mean": []},
+            "jacobian": {"fgrpo_utils.logprob.head_logp": [], "kl_k3": []}, "dist": True, "param_grads": "model"}
+    out = [check("update", "train.update_minibatch", [model, ref if kw.get("kl_coef") else None, prompts, completions,
+                                                      a, o],
+                 {"on_policy": o is None, "cfg": {"namespace": {**base, **kw}}, "pad_id": 0, "device": "cpu",
+                  "world": world}, name, atol=1e-9, rtol=1e-9, **deps)
+           for name, kw, o, a, world in specs]
+    out[0]["saved_bytes"] = True        # what autograd holds at once: one micro-batch's graph, not all three
+    # Two real ranks, FSDP2: rank 1's groups carry no signal, so it runs one empty pass (weight 0) while
+    # rank 0 runs several; the loss divides by counts summed over both, and the metrics are global.
+    two = A.clone()
+    two[3 * N:] = 0.0
+    out.append(check("update", "train.update_minibatch", [model, None, prompts, completions, two, old],
+                     {"on_policy": False, "cfg": {"namespace": {**base, "micro_batch_size": 2}}, "pad_id": 0,
+                      "device": "cpu", "world": 2}, "2 ranks, one with nothing to forward", atol=1e-9, rtol=1e-9,
+                     ranks=2, shares=[list(range(0, N)) + list(range(2 * N, 3 * N)),
+                                      list(range(N, 2 * N)) + list(range(3 * N, 4 * N))],
+                     per_sequence=[2, 3, 4, 5], **deps))
+    return out
 
 
 BUILDERS = {"group_advantages": group_advantages, "success_rate": success_rate, "focal_weight": focal_weight,

@@ -121,6 +121,16 @@ def group_advantages(rewards, normalize_std=True, eps=1e-6):
     R -= R.mean(1, keepdim=True)
     return (R / (std + eps) if normalize_std else R).masked_fill(uniform, 0.0)
 """, {"group_advantages", "focal_properties"}),        # Problem 5 runs the chain: the change shows there too
+    "group_advantages_zeros": ("group_advantages", """
+def group_advantages(rewards, normalize_std=True, eps=1e-6):
+    R = torch.as_tensor(rewards)
+    return torch.zeros_like(R if R.is_floating_point() else R.double())
+""", {"group_advantages", "focal_properties", "focal_advantages"}),
+    "focal_advantages_constants": ("focal_advantages", """
+def focal_advantages(rewards, gamma, r_correct=1.0, r_wrong=0.0, normalize_std=True):
+    A = group_advantages(rewards, normalize_std)
+    return A, torch.ones(A.shape[0], dtype=A.dtype)
+""", {"focal_advantages", "focal_properties"}),
     "x_over_n_minus_1": ("success_rate", """
 def success_rate(rewards, r_correct=1.0, r_wrong=0.0):
     R = torch.as_tensor(rewards).double()
@@ -252,6 +262,8 @@ def pass_at_k_table(n, k):
 # policy_loss: the reference with one line changed, so each version has exactly one mistake.
 POLICY_EDITS = {
     "log_ratio_as_ratio": ("ratio = torch.exp((logp - old_logp).clamp(-20.0, 20.0))", "ratio = logp - old_logp"),
+    "ratio_clamped_after_exp": ("ratio = torch.exp((logp - old_logp).clamp(-20.0, 20.0))",
+                                "ratio = torch.exp(logp - old_logp).clamp(math.exp(-20.0), math.exp(20.0))"),
     "cispo_without_stop_gradient": ("w = ratio.clamp(lo, hi).detach()", "w = ratio.clamp(lo, hi)"),
     "no_dual_clip": ("per_tok = torch.where(A < 0, torch.minimum(per_tok, -A * dual_clip), per_tok)", "pass"),
     "ratio_max_over_padding": ('diag["ratio/max"] = (ratio * mask).max() if mask.any() else ratio.new_zeros(())',
@@ -279,6 +291,32 @@ FILE_EDITS = {
                             "loss = loss + cfg.entropy_coef * aggregate(H_tok, mask, **agg)", {"update"}),
     "update_diagnostics_over_all_tokens": ("train.py", "diag_scale = counts[0] / max(counts[2], 1)", "diag_scale = 1.0",
                                            {"update"}),
+    "update_old_logp_not_detached": ("train.py", "old = logp.detach() if on_policy or not live else padded",
+                                     "old = logp if on_policy or not live else padded", {"update"}),
+    "update_counts_not_summed_over_ranks": ("train.py", "counts = all_sum([sum(len(c) for c in completions), len(completions),",
+                                            "counts = torch.tensor([sum(len(c) for c in completions), len(completions),",
+                                            {"update"}),
+    "update_empty_pass_weight_one": ("train.py", "(loss * (world if live else 0.0)).backward()", "(loss * world).backward()",
+                                     {"update"}),
+    "update_empty_pass_skipped": ("train.py", "        mb = mb or [0]\n", "        if not mb:\n            continue\n",
+                                  {"update"}),
+    "update_metrics_of_this_rank": ("train.py", "out = dict(zip(sums, all_sum(list(sums.values())).tolist()))",
+                                    "out = dict(sums)", {"update"}),
+    "update_kl_detached": ("train.py", "kl = kl_k3(logp, ref_logp)", "kl = kl_k3(logp.detach(), ref_logp)", {"update"}),
+    "update_kl_sign": ("train.py", "loss = loss + cfg.kl_coef * aggregate(kl, mask, **agg)",
+                       "loss = loss - cfg.kl_coef * aggregate(kl, mask, **agg)", {"update"}),
+    "update_kl_arguments_swapped": ("train.py", "kl = kl_k3(logp, ref_logp)", "kl = kl_k3(ref_logp, logp)", {"update"}),
+    "update_kl_reference_at_T_1": ("train.py", "ref_logp, _ = policy_logp(ref_model, batch, cfg.temperature)",
+                                   "ref_logp, _ = policy_logp(ref_model, batch, 1.0)", {"update"}),
+    "update_entropy_always_token_mean": ("train.py", "loss = loss - cfg.entropy_coef * aggregate(H_tok, mask, **agg)",
+                                         "loss = loss - cfg.entropy_coef * token_mean(H_tok, mask, n_tok)", {"update"}),
+    "update_one_backward_at_the_end": ("train.py", [
+        ("    sums, first_logp = {}, [None] * len(completions)\n", "    sums, first_logp, total = {}, [None] * len(completions), 0\n"),
+        ("        (loss * (world if live else 0.0)).backward()\n", "        total = total + loss * (world if live else 0.0)\n"),
+        ('    ratio_max = sums.pop("ratio/max")\n', '    total.backward()\n    ratio_max = sums.pop("ratio/max")\n')], {"update"}),
+    "update_no_metrics_without_signal": ("train.py", "    keep = live_rows(cfg, A)\n",
+                                         "    keep = live_rows(cfg, A)\n    if not keep:\n        return {}, [None] * len(completions)\n",
+                                         {"update"}),
 }
 
 # Whole wrong definitions in fgrpo_utils/logprob.py and maze.py: (file, function, source, the problems it must lose)
@@ -320,6 +358,48 @@ def entropy_from_logits(logits):
     from advantage import entropy_from_logits
     return z.log_softmax(-1).gather(-1, targets[:, None]).squeeze(-1), entropy_from_logits(z)
 """, {"logprobs"}),
+    "head_kept_in_bf16": ("fgrpo_utils/logprob.py", "head_logp", HEAD + """
+    from advantage import entropy_from_logits
+    z = F.linear(h, weight, bias) / temperature
+    logp = z.log_softmax(-1).gather(-1, targets[:, None]).squeeze(-1)
+    return logp, (entropy_from_logits(z).to(z.dtype) if entropy else None)
+""", {"logprobs"}),
+    "entropy_in_float64": ("advantage.py", "entropy_from_logits", """
+def entropy_from_logits(logits):
+    z = logits.double()
+    return torch.logsumexp(z, dim=-1) - (torch.softmax(z, dim=-1) * z).sum(dim=-1)
+""", {"logprobs"}),
+    "walk_ignores_other_words": ("maze.py", "maze_reward", READ + """    if rule == "strict":
+        return float([t for t in tokens if t in MOVES or t == "DONE"] == solve(grid) + ["DONE"])
+    return walk_reward(grid, [t for t in tokens if t in MOVES or t == "DONE"])
+""", {"maze_reward"}),
+    "walk_stops_reading_at_the_goal": ("maze.py", "maze_reward", READ + """    if rule == "strict":
+        return float(tokens == solve(grid) + ["DONE"])
+    if "DONE" not in tokens:
+        return 0.0
+    pos = find(grid, "S")
+    for m in tokens[:tokens.index("DONE")]:
+        if pos == find(grid, "G"):
+            return 1.0
+        if m not in MOVES:
+            return 0.0
+        pos = step(grid, pos, m)
+        if pos is None:
+            return 0.0
+    return float(pos == find(grid, "G"))
+""", {"maze_reward"}),
+    "walk_refuses_a_bump_at_the_goal": ("maze.py", "maze_reward", READ + """    if rule == "strict":
+        return float(tokens == solve(grid) + ["DONE"])
+    if "DONE" not in tokens or any(m not in MOVES for m in tokens[:tokens.index("DONE")]):
+        return 0.0
+    pos, reached = find(grid, "S"), False
+    for m in tokens[:tokens.index("DONE")]:
+        pos = step(grid, pos, m)
+        if pos is None:
+            return 0.0
+        reached = reached or pos == find(grid, "G")
+    return float(reached)
+""", {"maze_reward"}),
     "strict_without_eos": ("maze.py", "maze_reward", """
 def maze_reward(grid, completion, rule="strict"):
     if rule not in RULES:
@@ -365,10 +445,12 @@ def wrong_texts():
     for name, (old, new) in POLICY_EDITS.items():
         assert text.count(old) == 1, f"{name}: the reference's policy_loss no longer has the line {old!r}"
         out[name] = ("advantage", text.replace(old, new))
-    for name, (rel, old, new, _) in FILE_EDITS.items():
+    for name, (rel, *edits, _) in FILE_EDITS.items():
         ref = head_text(rel)
-        assert ref.count(old) == 1, f"{name}: {rel} no longer has the line {old!r}"
-        out[name] = (rel.removesuffix(".py").replace("/", "."), ref.replace(old, new))
+        for old, new in edits[0] if len(edits) == 1 else [edits]:
+            assert ref.count(old) == 1, f"{name}: {rel} no longer has the line {old!r}"
+            ref = ref.replace(old, new)
+        out[name] = (rel.removesuffix(".py").replace("/", "."), ref)
     for name, (rel, fn, src, _) in FILE_WRONG.items():
         out[name] = (rel.removesuffix(".py").replace("/", "."), make_student_copy.replace_function(head_text(rel), fn, src)
                      + walk_text())
@@ -376,7 +458,7 @@ def wrong_texts():
 
 
 LOSES = {**{n: v[2] for n, v in WRONG.items()}, **{n: {"policy_loss"} for n in POLICY_EDITS},
-         **{n: v[3] for n, v in FILE_EDITS.items()}, **{n: v[3] for n, v in FILE_WRONG.items()}}
+         **{n: v[-1] for n, v in FILE_EDITS.items()}, **{n: v[3] for n, v in FILE_WRONG.items()}}
 EDITED = {**{n: "policy_loss" for n in POLICY_EDITS}, **{n: v[1] for n, v in FILE_WRONG.items()},
           **{n: {"fgrpo_utils/logprob.py": "head_logp", "advantage.py": "entropy_from_logits", "train.py": "update_minibatch"}[v[0]]
              if "logp_" not in n else "token_logp" for n, v in FILE_EDITS.items()}}
