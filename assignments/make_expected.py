@@ -421,13 +421,12 @@ def update(g):
                   "world": world}, name, atol=1e-9, rtol=1e-9, **deps)
            for name, kw, o, a, world in specs]
     out[0]["saved_bytes"] = True        # what autograd holds at once: one micro-batch's graph, not all three
-    # Two real ranks, FSDP2: rank 1's groups carry no signal, so it runs one empty pass (weight 0) while
-    # rank 0 runs several; the loss divides by counts summed over both, and the metrics are global.
-    two = A.clone()
-    two[3 * N:] = 0.0
-    out.append(check("update", "train.update_minibatch", [model, None, prompts, completions, two, old],
+    # Two real ranks, FSDP2: rank 1 holds the group without signal, so it has fewer live rows, fewer
+    # passes than rank 0, and one empty pass (weight 0) to pair with rank 0's last; the loss divides by
+    # counts summed over both ranks, and the metrics are global.
+    out.append(check("update", "train.update_minibatch", [model, None, prompts, completions, A, old],
                      {"on_policy": False, "cfg": {"namespace": {**base, "micro_batch_size": 2}}, "pad_id": 0,
-                      "device": "cpu", "world": 2}, "2 ranks, one with nothing to forward", atol=1e-9, rtol=1e-9,
+                      "device": "cpu", "world": 2}, "2 ranks, one with an empty pass", atol=1e-9, rtol=1e-9,
                      ranks=2, shares=[list(range(0, N)) + list(range(2 * N, 3 * N)),
                                       list(range(N, 2 * N)) + list(range(3 * N, 4 * N))],
                      per_sequence=[2, 3, 4, 5], **deps))

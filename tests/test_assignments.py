@@ -125,7 +125,7 @@ def group_advantages(rewards, normalize_std=True, eps=1e-6):
 def group_advantages(rewards, normalize_std=True, eps=1e-6):
     R = torch.as_tensor(rewards)
     return torch.zeros_like(R if R.is_floating_point() else R.double())
-""", {"group_advantages", "focal_properties", "focal_advantages"}),
+""", {"group_advantages", "focal_properties"}),
     "focal_advantages_constants": ("focal_advantages", """
 def focal_advantages(rewards, gamma, r_correct=1.0, r_wrong=0.0, normalize_std=True):
     A = group_advantages(rewards, normalize_std)
@@ -137,11 +137,11 @@ def success_rate(rewards, r_correct=1.0, r_wrong=0.0):
     if r_correct <= r_wrong or not torch.isfinite(R).all() or ((R < r_wrong) | (R > r_correct)).any():
         raise ValueError("rewards outside the levels")
     return (R - r_wrong).sum(1) / (r_correct - r_wrong) / (R.shape[1] - 1)
-""", {"success_rate"}),
+""", {"success_rate", "focal_properties"}),        # Problem 5 runs the chain: a weight above 1
     "gamma_on_mu": ("focal_weight", """
 def focal_weight(mu_hat, gamma):
     return mu_hat.clamp(min=0.0) ** gamma
-""", {"focal_weight"}),
+""", {"focal_weight", "focal_properties"}),        # easier groups weigh more: Problem 5's order
     "no_clamp": ("focal_weight", """
 def focal_weight(mu_hat, gamma):
     return (1 - mu_hat) ** gamma
@@ -154,7 +154,7 @@ def focal_weight(mu_hat, gamma):
 def focal_advantages(rewards, gamma, r_correct=1.0, r_wrong=0.0, normalize_std=True):
     g = focal_weight(success_rate(rewards, r_correct, r_wrong), gamma)
     return group_advantages(g[:, None] * rewards, normalize_std), g
-""", {"focal_advantages"}),
+""", {"focal_advantages", "focal_properties"}),    # A is not g times the base: Eq. 13
     "token_mean_of_sequence_means": ("token_mean", """
 def token_mean(x, mask, num_tokens=None):
     return ((x * mask).sum(-1) / mask.sum(-1).clamp(min=1)).mean()
@@ -291,7 +291,7 @@ FILE_EDITS = {
                             "loss = loss + cfg.entropy_coef * aggregate(H_tok, mask, **agg)", {"update"}),
     "update_diagnostics_over_all_tokens": ("train.py", "diag_scale = counts[0] / max(counts[2], 1)", "diag_scale = 1.0",
                                            {"update"}),
-    "update_old_logp_not_detached": ("train.py", "old = logp.detach() if on_policy or not live else padded",
+    "update_pi_old_not_detached": ("train.py", "old = logp.detach() if on_policy or not live else padded",
                                      "old = logp if on_policy or not live else padded", {"update"}),
     "update_counts_not_summed_over_ranks": ("train.py", "counts = all_sum([sum(len(c) for c in completions), len(completions),",
                                             "counts = torch.tensor([sum(len(c) for c in completions), len(completions),",
@@ -466,6 +466,7 @@ EDITED = {**{n: "policy_loss" for n in POLICY_EDITS}, **{n: v[1] for n, v in FIL
 
 def module_from(text, name="advantage"):
     mod = types.ModuleType(name)
+    mod.__source__ = text                      # a check on several ranks builds the module again from it
     exec(compile(text, f"<{name}>", "exec"), mod.__dict__)
     return mod
 
