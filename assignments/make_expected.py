@@ -427,8 +427,8 @@ def update(g):
     out.append(check("update", "train.update_minibatch", [model, None, prompts, completions, A, old],
                      {"on_policy": False, "cfg": {"namespace": {**base, "micro_batch_size": 2}}, "pad_id": 0,
                       "device": "cpu", "world": 2}, "2 ranks, one with an empty pass", atol=1e-9, rtol=1e-9,
-                     ranks=2, shares=[list(range(0, N)) + list(range(2 * N, 3 * N)),
-                                      list(range(N, 2 * N)) + list(range(3 * N, 4 * N))],
+                     ranks=2, shares=[list(range(0, N)) + list(range(2 * N, 3 * N)),     # its empty pass runs row 0,
+                                      list(range(3 * N, 4 * N)) + list(range(N, 2 * N))],  # a live one: weight 0
                      per_sequence=[2, 3, 4, 5], **deps))
     return out
 
