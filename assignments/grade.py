@@ -87,15 +87,16 @@ def json_tensors(v):
 
 
 def all_checks(seed):
-    """{problem: [check]} and {problem: [reference result]}: public, then hidden when we can."""
+    """{problem: [check]} and {problem: [reference result]}: public, then hidden when we can. The RL
+    run (harness.RL) is one: the hidden seed's where there is one, else the public's."""
     checks, results = public_checks()
     me = teacher_side()
     if me is not None and seed is not None:
         hidden = me.checks(seed)
         answers = me.answer(hidden, harness.graded_modules())
         for pid in checks:
-            checks[pid] += hidden[pid]
-            results[pid] += answers[pid]
+            checks[pid] = hidden[pid] if pid == harness.RL else checks[pid] + hidden[pid]
+            results[pid] = answers[pid] if pid == harness.RL else results[pid] + answers[pid]
     return checks, results
 
 
@@ -468,8 +469,8 @@ def grade_problems(src, args, bwrap):
         release_into(folder)
         left = take_graded(src, folder)
         (folder / ".grade").mkdir()
-        got, why = run_child(folder, checks, [pid for pid, *_ in PROBLEMS], args, bwrap)
-    rows = []
+        got, why = run_child(folder, checks, [*(pid for pid, *_ in PROBLEMS), harness.RL], args, bwrap)
+    rows, passing = [], []
     for pid, points, functions, about in PROBLEMS:
         mine = got.get(pid) if isinstance(got.get(pid), list) else []
         verdicts = [judge(c, want[pid][i], mine[i], mine, i) if i < len(mine) else why.get(pid, "no result")
@@ -478,8 +479,52 @@ def grade_problems(src, args, bwrap):
         files = {file_of(f) for f in functions}
         messages += [f"{f}: {left[f]} in {src}, so the release's stub was graded" for f in sorted(files & set(left))]
         passed = verdicts.count(None)
-        rows.append((pid, points if passed == len(verdicts) else 0, points, about, passed, len(verdicts), messages))
-    return rows
+        rows.append([pid, points if passed == len(verdicts) else 0, points, about, passed, len(verdicts), messages])
+        passing += [pid] if passed == len(verdicts) else []
+    rl = got.get(harness.RL)
+    charged, why_rl = judge_rl(want[harness.RL][0], rl[0] if isinstance(rl, list) and rl else
+                               {"error": why.get(harness.RL, "no result")})
+    for row in rows:                        # the RL run costs the problems it involves that passed alone
+        if row[0] in charged and row[0] in passing:
+            row[1], row[6] = 0, row[6] + [why_rl]
+    return [tuple(r) for r in rows]
+
+
+# What each metric of an RL step involves, in the order a step computes them (harness.RL_METRICS); a
+# later step involves all of TRAINING, since every update changed the weights it samples from.
+CHAIN = ["group_advantages", "success_rate", "focal_weight", "focal_advantages"]
+TRAINING = CHAIN + ["token_mean", "aggregate", "clip_bounds", "policy_loss", "logprobs", "update"]
+INVOLVED = {"reward/mean": [], "adv/abs_mean_pre": ["group_advantages"],
+            "focal/g_mean": ["success_rate", "focal_weight", "focal_advantages"], "adv/abs_mean_post": CHAIN,
+            "logp/diff_abs_mean": ["logprobs", "update"], "entropy": ["logprobs", "update"],
+            **{k: ["token_mean", "aggregate", "clip_bounds", "policy_loss", "logprobs", "update"]
+               for k in ("loss/pg", "ratio/max", "grad_norm")}}
+
+
+def judge_rl(want, got):
+    """(problems charged, why) for the RL run (harness.rl_run): the first metric of the first step that
+    differs from the reference's (within what another CPU changes), or a crash, costs the problems it
+    involves; ([], None) when every step matches."""
+    if not isinstance(got, dict) or not isinstance(got.get("steps"), list):
+        return TRAINING, "the RL run (harness.rl_run) gave no result"
+    for i, w in enumerate(want["steps"]):
+        g = got["steps"][i] if i < len(got["steps"]) and isinstance(got["steps"][i], dict) else None
+        first = i == 0 or want["steps"][i - 1]["task"] != w["task"]
+        if g is None:
+            frames = got.get("frames", []) if isinstance(got.get("frames"), list) else []
+            names = {f.rsplit(".", 1)[1]: pid for pid, _, fns, _ in PROBLEMS for f in fns}
+            charged = sorted({names[f] for f in frames if f in names}) or ["update"]
+            return charged, (f"the RL run ({w['task']} task, step {i + 1}) crashed: {got.get('error', 'no result')} "
+                             f"(in {', '.join(charged)})")
+        tol = (1e-4, 1e-6) if first else (2e-3, 1e-5)
+        for k in harness.RL_METRICS:
+            a, b = g.get(k), w[k]
+            if not (isinstance(a, float) and math.isfinite(a) and math.isclose(a, b, rel_tol=tol[0], abs_tol=tol[1])):
+                charged = (["maze_reward"] if w["task"] == "maze" else ["update"]) if k == "reward/mean" and first \
+                    else INVOLVED[k] if first else TRAINING
+                return charged, (f"the RL run ({w['task']} task, step {i + 1}): {k} is {a}, the reference's {b:.6g}; "
+                                 f"it involves {', '.join(charged)}: full marks means the step trains as the reference's")
+    return [], None
 
 
 # -----------------------------------------------------------------------------

@@ -482,6 +482,62 @@ def run_check(modules, check, record=False):
             torch.distributed.destroy_process_group()
 
 
+# -----------------------------------------------------------------------------
+# Full marks means it trains: a few RL steps with the graded functions, as train.py runs them
+
+RL = "rl_steps"                    # the check's name, beside the problems'
+RL_STEPS = 3                       # steps of the toy task (its random policy already gets partial rewards)
+RL_METRICS = ("reward/mean", "adv/abs_mean_pre", "focal/g_mean", "adv/abs_mean_post", "logp/diff_abs_mean",
+              "entropy", "loss/pg", "ratio/max", "grad_norm")       # in the order a step computes them
+
+
+def rl_run(modules, seed):
+    """RL_STEPS of `train.py --task reverse --model tiny` (F-GRPO, gamma 0.5, two mini-batches: off-policy)
+    and one step of the maze with its random 3.9M policy (no group has signal: the update's empty path),
+    through train.rl_step, step_metrics and the log line, in a process group of one. Returns the
+    metrics RL_METRICS of each step, or the error and the graded functions its traceback passes through."""
+    import tempfile
+    import traceback
+    from fgrpo_utils.metrics import step_metrics
+    from fgrpo_utils.run_folder import make_logger
+    train = modules.get("train") or importlib.import_module("train")
+    started = not torch.distributed.is_initialized()
+    if started:
+        torch.distributed.init_process_group("gloo", store=torch.distributed.HashStore(), rank=0, world_size=1)
+    steps = []
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            runs = [("reverse", RL_STEPS, dict(prompts_per_step=8, mini_batch_prompts=4, gamma=0.5, lr=3e-3)),
+                    ("maze", 1, dict(maze_size=7, prompts_per_step=4, mini_batch_prompts=4, eval_mazes=0, lr=1e-4))]
+            for task, n, flags in runs:
+                cfg = train.Config(task=task, model="tiny", device="cpu", group_size=4, warmup_steps=0, seed=seed,
+                                   sample_every=0, micro_batch_size=8, out_dir=os.path.join(tmp, task), **flags)
+                tok = train.load_tokenizer(cfg)
+                model, ref, engine, opt = train.build(cfg, tok, 0 if task == "maze" else tok.pad_token_id,
+                                                      torch.device("cpu"))
+                entry = train.TASKS[task]
+                data = entry.make(cfg, tok, model.config.model_type)
+                os.makedirs(cfg.out_dir)
+                log = make_logger(cfg, __import__("pathlib").Path(cfg.out_dir))
+                for step in range(n):
+                    torch.manual_seed(seed + step)
+                    r = train.rl_step(cfg, step, data, model, ref, engine, opt, pad=tok.pad_token_id if task != "maze"
+                                      else 0, device=torch.device("cpu"), rank=0, world=1)
+                    m = step_metrics(r)
+                    with open(os.devnull, "w") as quiet, __import__("contextlib").redirect_stdout(quiet):
+                        log(m)                              # the log line reads the metrics train.py prints
+                    steps.append({"task": task, **{k: float(m[k]) for k in RL_METRICS}})
+                del model, ref, engine, opt
+        return {"steps": steps}
+    except Exception as e:  # noqa: BLE001: a crash costs the problems whose functions it ran through
+        frames = [f.name for f in traceback.extract_tb(e.__traceback__)]
+        return {"steps": steps, "error": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300],
+                "frames": frames}
+    finally:
+        if started and torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()
+
+
 def graded_modules():
     """The modules that hold graded functions (problems.GRADED), imported: {name: module}."""
     from problems import GRADED
@@ -512,7 +568,8 @@ def main(checks_file, fd):
         for c in cs:
             torch.manual_seed(0)
             mod = c["call"].rsplit(".", 1)[0]
-            results.append({"error": failed[mod]} if mod in failed else run_check(modules, c)[0])
+            results.append({"error": failed[mod]} if mod in failed else
+                           rl_run(modules, c["seed"]) if pid == RL else run_check(modules, c)[0])
         send(out, {"problem": pid, "results": results})
 
 

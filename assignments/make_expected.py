@@ -444,7 +444,9 @@ def checks(seed):
     """{problem: [check]} of a seed, each problem's inputs drawn on their own (a stand-in's recorded
     answers for one problem are never the answers to another's check)."""
     assert set(BUILDERS) == {pid for pid, *_ in PROBLEMS}, "a problem without checks, or checks without a problem"
-    return {pid: BUILDERS[pid](torch.Generator().manual_seed(seed * 1000 + i)) for i, (pid, *_) in enumerate(PROBLEMS)}
+    out = {pid: BUILDERS[pid](torch.Generator().manual_seed(seed * 1000 + i)) for i, (pid, *_) in enumerate(PROBLEMS)}
+    out[harness.RL] = [{"problem": harness.RL, "name": "RL steps", "call": "train.rl_step", "seed": seed}]
+    return out
 
 
 def answer(all_checks, modules):
@@ -455,6 +457,9 @@ def answer(all_checks, modules):
         results[pid] = []
         for c in cs:
             torch.manual_seed(0)
+            if pid == harness.RL:
+                results[pid].append(harness.rl_run(modules, c["seed"]))
+                continue
             r, tables = harness.run_check(modules, c, record=True)
             for kind, t in tables.items():
                 for name, calls in t.items():
