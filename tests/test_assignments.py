@@ -19,6 +19,7 @@ import re
 import shlex
 import shutil
 import subprocess
+import time
 import sys
 import types
 from concurrent.futures import ThreadPoolExecutor
@@ -540,12 +541,26 @@ for _p in list(_seen):
             exec(_f.read_text(), globals())
             break
 """,
-    # public answers looked up by input, at every call and again at exit over the results files
+    # the grader's own command line (/proc/<parent>/cmdline) names the teacher's repository
+    "grader_cmdline": """
+import os, pathlib
+for _pid in [p for p in os.listdir("/proc") if p.isdigit()]:
+    try:
+        _args = open(f"/proc/{_pid}/cmdline", "rb").read().split(b"\\0")
+    except OSError:
+        continue
+    for _a in _args:
+        for _q in [pathlib.Path(_a.decode(errors="ignore")), *pathlib.Path(_a.decode(errors="ignore")).parents]:
+            _f = _q / "advantage.py"
+            if _f.is_file() and "your code here" not in _f.read_text():
+                exec(_f.read_text(), globals())
+""",
+    # public answers looked up by input, at every call and again at exit over whatever results files exist
     "lookup_and_atexit": """
 import atexit, glob, json, torch
 _data = json.load(open("assignments/expected.json"))
 def _fake():
-    for f in glob.glob(".grade/*/*.pt"):
+    for f in glob.glob(".grade/*/*.pt") + glob.glob("/tmp/**/*.pt", recursive=True):
         torch.save([{"out": {"kind": "float", "v": 0.5}, "mutated": False}] * 100, f)
 atexit.register(_fake)
 """,
@@ -554,13 +569,47 @@ atexit.register(_fake)
     # whatever exits the child early
     "exit_at_import": "import os\nos._exit(0)\n",
 }
+# What outlives the grader or changes what it runs: a double-forked setsid process that, once the
+# grader is done, writes a full score to every open stdout and over the --json file it finds; a .pth in
+# the grading Python's site-packages (for the next student); an edit of every grade.py in reach.
+ESCAPES = """
+import os, site, glob, time, json, pathlib
+for _d in site.getsitepackages():
+    try:
+        open(os.path.join(_d, "zz_fgrpo_attack.pth"), "w").write("import sys; sys.stdout.write('total: 24 / 24\\n')\\n")
+    except OSError:
+        pass
+for _g in [g for r in ("/grade", "/tmp", "/work", "/root", "/home") for g in glob.glob(f"{r}/**/grade.py", recursive=True)]:
+    try:
+        open(_g, "a").write("\\nprint('total: 24 / 24')\\n")
+    except OSError:
+        pass
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        time.sleep(4)
+        for _fd in glob.glob("/proc/*/fd/1") + glob.glob("/proc/*/fd/2"):
+            try:
+                open(_fd, "w").write("total: 24 / 24\\n")
+            except OSError:
+                pass
+        for _c in glob.glob("/proc/*/cmdline"):
+            try:
+                for _a in open(_c, "rb").read().split(b"\\0"):
+                    if _a.endswith(b".json") and os.path.exists(_a):
+                        open(_a, "w").write(json.dumps({"total": [24, 24]}))
+            except OSError:
+                pass
+        os._exit(0)
+    os._exit(0)
+"""
 
 
-def attack_copy(student, tmp, name):
+def attack_copy(student, tmp, name, code=None):
     d = tmp / name
     shutil.copytree(student, d)
     p = d / "advantage.py"
-    p.write_text(p.read_text() + "\n" + ATTACKS[name])
+    p.write_text(p.read_text() + "\n" + (ATTACKS[name] if code is None else code))
     if name == "hand_in_extras":
         (d / "sitecustomize.py").write_text("import json\nprint('all passed')\n")
         (d / "assignments" / "expected.json").write_text(json.dumps({"checks": {}, "results": {}}))
@@ -571,12 +620,25 @@ def test_gaming_attempts_score_at_most_one_point(student, tmp_path):
     with ThreadPoolExecutor(2) as pool:
         reports = dict(zip(ATTACKS, pool.map(lambda n: grade_dir(attack_copy(student, tmp_path, n), tmp_path),
                                              ATTACKS)))
-    # From a Python installed inside the repository (CI's .venv-ci) the reference is on the child's own
-    # paths: no child can be kept from reading it, so grade.py says so instead of scoring it as sound.
-    inside = Path(sys.prefix).resolve().is_relative_to(ROOT)
-    assert bool(reports["reference_on_paths"]["reference_reachable"]) == inside
-    scores = {n: r["total"][0] for n, r in reports.items() if not (inside and n == "reference_on_paths")}
-    assert scores == {n: 0 for n in scores}
+    assert all(r["sandbox"] for r in reports.values()), "grading ran without its sandbox"
+    assert {n: r["total"][0] for n, r in reports.items()} == {n: 0 for n in ATTACKS}
+
+
+def test_nothing_outlives_the_grader_or_reaches_its_files(student, tmp_path):
+    """The child cannot see the grader's processes, files or Python: the last line and the --json file
+    stay the grader's own, however long after it the attack's processes would have written."""
+    site_dirs = [Path(d) for d in __import__("site").getsitepackages()]
+    grade_py = (ROOT / "assignments" / "grade.py").read_bytes()
+    d, report, log = attack_copy(student, tmp_path, "escapes", ESCAPES), tmp_path / "escapes.json", tmp_path / "log"
+    with open(log, "w") as f:
+        r = subprocess.run([sys.executable, ROOT / "assignments" / "grade.py", d, "--json", report, "--seed", 5],
+                           stdout=f, stderr=subprocess.STDOUT, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    time.sleep(6)                                       # the attack's processes would write at 4 s
+    assert r.returncode == 0
+    assert log.read_text().strip().splitlines()[-1] == f"total: 0 / {FULL}", log.read_text()[-500:]
+    assert json.loads(report.read_text())["total"] == [0, FULL]
+    assert not any((p / "zz_fgrpo_attack.pth").exists() for p in site_dirs)
+    assert (ROOT / "assignments" / "grade.py").read_bytes() == grade_py
 
 
 def test_syntax_error_raise_and_hang_at_import_end_in_a_total_line(student, tmp_path):
