@@ -631,7 +631,7 @@ def test_nothing_outlives_the_grader_or_reaches_its_files(student, tmp_path):
     grade_py = (ROOT / "assignments" / "grade.py").read_bytes()
     d, report, log = attack_copy(student, tmp_path, "escapes", ESCAPES), tmp_path / "escapes.json", tmp_path / "log"
     with open(log, "w") as f:
-        r = subprocess.run([sys.executable, ROOT / "assignments" / "grade.py", d, "--json", report, "--seed", 5],
+        r = subprocess.run([sys.executable, ROOT / "assignments" / "grade.py", d, "--json", report, "--seed", "5"],
                            stdout=f, stderr=subprocess.STDOUT, env={**os.environ, "OMP_NUM_THREADS": "1"})
     time.sleep(6)                                       # the attack's processes would write at 4 s
     assert r.returncode == 0
