@@ -146,8 +146,8 @@ def without_answers(text, rel):
         i = next(k for k, line in enumerate(lines) if line.startswith(start))
         j = next(k for k in range(i + 1, len(lines)) if lines[k].startswith(stop))
         note = f"left out of the course's student copy: it answers assignments/HANDOUT.md's {which}"
-        if start.startswith("|"):                                        # table rows: the last cell
-            kept = ["|".join(line.split("|")[:3]) + f"| {note} |\n" for line in lines[i:j]]
+        if start.startswith("|"):                                        # table rows: the first cell
+            kept = ["|".join(line.split("|")[:2]) + f"| {note} |\n" for line in lines[i:j]]
         else:
             heads = [line for line in lines[i + 1:j] if line.startswith("#")]
             first = [lines[i]] if lines[i].startswith("#") else []

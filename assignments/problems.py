@@ -52,6 +52,7 @@ WITHHELD = {
     "tests/test_assignments.py": "builds wrong versions of the graded functions from the reference",
     "assignments/make_expected.py": "builds the hidden checks and answers them with the reference",
     "tests/test_logp_memory.py": "checks the chunked head (removed: REMOVED) against plain log-probs and entropy",
+    "tests/test_simulate.py": "states E1's and E2's results (the claims a run meets, Lemma 3.1's argmax table)",
     "figures/fig2.png": "E1's plot", "figures/fig2_sensitivity.png": "E1's plot, other optimizer settings",
     "figures/fig3.png": "E2's plot", "figures/fig5.png": "E1's plot",
 }
@@ -59,7 +60,8 @@ WITHHELD = {
 # Passages of the docs that report what a graded experiment asks for, as (file, first line's start,
 # the start of the line after the passage, experiments). The student copy keeps their headings (the
 # anchors other docs link to) and replaces every other line by one note; a table row keeps its first
-# two cells. (E3's reference numbers stay: the handout gives them, to compare a class run with.)
+# cell, the experiment (the paper's claims beside it are what E1 asks a student to test). E3's
+# reference numbers stay: the handout gives them, to compare a class run with.
 ANSWERS = [
     ("RESULTS.md", "## The categorical simulation", "## The single-solution maze", "E1 and E2"),
     ("README.md", "| [Categorical simulation]", "| [Maze, 300 steps]", "E1"),

@@ -46,10 +46,19 @@ def run(*args, cwd=ROOT):
                           env={**os.environ, "OMP_NUM_THREADS": "1"})
 
 
+# The grader's sandbox (bubblewrap). CI installs it and sets FGRPO_REQUIRE_SANDBOX=1, so there its
+# absence fails; elsewhere the tests that need it skip, and the others grade with --no_sandbox true.
+SANDBOX, NO_SANDBOX = grade.sandbox()
+if SANDBOX is None and os.environ.get("FGRPO_REQUIRE_SANDBOX") == "1":
+    raise RuntimeError(f"FGRPO_REQUIRE_SANDBOX=1 but no sandbox: {NO_SANDBOX}")
+needs_sandbox = pytest.mark.skipif(SANDBOX is None, reason=f"no sandbox here: {NO_SANDBOX}")
+
+
 def grade_dir(d, tmp, *flags):
     """grade.py's JSON report for folder d (it must end with a total line)."""
     out = Path(tmp) / f"{Path(d).name}.json"
-    r = run(ROOT / "assignments" / "grade.py", d, "--json", out, "--seed", 5, *flags)
+    r = run(ROOT / "assignments" / "grade.py", d, "--json", out, "--seed", 5, *flags,
+            *(() if SANDBOX else ("--no_sandbox", "true")))
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip().splitlines()[-1].startswith("total: "), r.stdout
     return json.loads(out.read_text())
@@ -616,6 +625,7 @@ def attack_copy(student, tmp, name, code=None):
     return d
 
 
+@needs_sandbox
 def test_gaming_attempts_score_at_most_one_point(student, tmp_path):
     with ThreadPoolExecutor(2) as pool:
         reports = dict(zip(ATTACKS, pool.map(lambda n: grade_dir(attack_copy(student, tmp_path, n), tmp_path),
@@ -624,6 +634,7 @@ def test_gaming_attempts_score_at_most_one_point(student, tmp_path):
     assert {n: r["total"][0] for n, r in reports.items()} == {n: 0 for n in ATTACKS}
 
 
+@needs_sandbox
 def test_nothing_outlives_the_grader_or_reaches_its_files(student, tmp_path):
     """The child cannot see the grader's processes, files or Python: the last line and the --json file
     stay the grader's own, however long after it the attack's processes would have written."""
@@ -953,3 +964,26 @@ def test_pass_at_k_is_not_bootstrap():
     assert advantage.pass_at_k(4, 1, 4) == brute_force_pass_at_k(4, 1, 4) == 1.0
     assert any(abs(bootstrap(n, c, k) - brute_force_pass_at_k(n, c, k)) > 0.05
                for n in range(2, 7) for c in range(1, n) for k in range(2, n + 1))
+
+
+def test_every_hidden_seed_builds_its_checks():
+    """The maze-reward builder once took the first move from S that hits a wall, and a maze whose S has
+    none raised StopIteration: 2 of 60 gradings printed no total. Any seed must build every check."""
+    for seed in range(500):
+        checks = make_expected.checks(seed)
+        assert set(checks) == set(POINTS) | {harness.RL} and all(checks[pid] for pid in POINTS), seed
+
+
+def test_the_teachers_grading_without_a_sandbox_is_refused_unless_asked(tmp_path, student):
+    """No bwrap on PATH: the teacher's repository refuses in one line (the reference and other students'
+    grades would be in the graded code's reach); a student copy grades its own code with a note."""
+    bare = tmp_path / "bin"
+    bare.mkdir()
+    env = {**os.environ, "PATH": str(bare), "OMP_NUM_THREADS": "1"}
+    r = subprocess.run([sys.executable, ROOT / "assignments" / "grade.py", student], capture_output=True, text=True,
+                       env=env)
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "--no_sandbox true" in r.stderr, r.stderr
+    r = subprocess.run([sys.executable, "assignments/grade.py", "--budget", "1"], cwd=student, capture_output=True,
+                       text=True, env=env)
+    assert r.returncode == 0 and r.stdout.startswith("note: no sandbox") and r.stdout.strip().endswith(f"/ {FULL}"), \
+        r.stdout[-500:] + r.stderr[-500:]

@@ -27,3 +27,9 @@ def test_public_checks(pid):
     got = [harness.run_check(MODULES, c)[0] for c in CHECKS[pid]]
     failed = [m for i, (c, want) in enumerate(zip(CHECKS[pid], RESULTS[pid])) if (m := grade.judge(c, want, got[i], got, i))]
     assert not failed, f"{len(failed)} of {len(got)} checks fail:\n" + "\n".join(failed[:10])
+
+
+def test_the_rl_steps_train_as_the_reference():
+    """Three RL steps of the toy task and one of the maze with all your functions (grade.py's run)."""
+    charged, why = grade.judge_rl(RESULTS[harness.RL][0], harness.rl_run(MODULES, CHECKS[harness.RL][0]["seed"]))
+    assert not charged, why
