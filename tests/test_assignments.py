@@ -502,11 +502,12 @@ def reach(fn, checks):
 
 
 def lost_problems(mod, graded_checks, pids=None):
-    """The problems mod (a graded module, maybe wrong) loses, the other graded modules the reference's."""
+    """The problems mod (a graded module, maybe wrong) loses, the other graded modules the reference's, on
+    the problems' own checks (the RL run, which charges problems by its own rule, is graded in a child)."""
     checks, want = graded_checks
     modules = {**harness.graded_modules(), mod.__name__: mod}
     lost = set()
-    for pid in pids or checks:
+    for pid in pids or (p for p in checks if p != harness.RL):
         got = [harness.run_check(modules, c)[0] for c in checks[pid]]
         if any(grade.judge(c, want[pid][i], got[i], got, i) for i, c in enumerate(checks[pid])):
             lost.add(pid)
