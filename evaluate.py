@@ -55,7 +55,8 @@ from fgrpo_utils import ood
 import reward
 from advantage import pass_at_k_curve, subsample_test
 from fgrpo_utils.cli import (check, check_choices, check_device, check_min, check_positive, check_pretrained, check_utf8, data_dir, parse_config, refuse)
-from fgrpo_utils.outputs import check_out_file, png_metadata, remove_temp, write_json_out, write_table_out
+from fgrpo_utils.outputs import (Damaged, check_out_file, png_metadata, read_json, remove_temp, write_json_out,
+                                 write_table_out)
 
 SCRIPT = "evaluate.py"           # the mark in every file it writes (outputs.is_ours)
 
@@ -160,11 +161,10 @@ class Config:
             check(Path(f).is_file(), f"--inputs {f}: no such file")
             if self.mode != "select" or not is_selection_file(f):
                 try:
-                    r = load_result(f)
-                    check(isinstance(r["config"], dict) and isinstance(r["benchmarks"], dict), "")
-                except (ValueError, KeyError, TypeError, AttributeError, RecursionError, OSError):
-                    raise ValueError(f"--inputs {f}: not a result of evaluate.py (no config and benchmarks)") from None
-                loaded.append(r)
+                    loaded.append(load_result(f))
+                except (ValueError, KeyError, TypeError, AttributeError, RecursionError, OSError) as e:
+                    why = e if isinstance(e, Damaged) else f"damaged: {f} (not a result of evaluate.py)"
+                    raise ValueError(f"--inputs: {why}") from None
         if self.mode == "compare":
             ra, rb = loaded
             differ = score_differences([ra, rb])
@@ -427,9 +427,11 @@ def save_result(cfg, result):
 # Table 1 cells, pass@k curves
 def load_result(path):
     """A result file as eval wrote it; for a selection.json, the result of its best checkpoint."""
-    r = json.loads(Path(path).read_text())
+    r = read_json(path)
     if is_selection(r):
         return load_result(Path(path).parent / r["best"]["result"])
+    if not (isinstance(r.get("config"), dict) and isinstance(r.get("benchmarks"), dict)):
+        raise Damaged(f"damaged: {path} (not a result of evaluate.py: no config and benchmarks)")
     for b in list(r["benchmarks"].values()) + list(r.get("averages", {}).values()):
         if "pass@k" in b:       # JSON object keys are strings; k is an int again here
             b["pass@k"] = {int(k): v for k, v in b["pass@k"].items()}

@@ -20,7 +20,6 @@ continues where a killed one stopped. A results folder is one block: one warm st
 first run writes to --results/warm_start.json, and a run from any other warm start is refused there.
 """
 import hashlib
-import json
 import os
 import shutil
 import subprocess
@@ -29,7 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from fgrpo_utils.cli import check, check_min, parse_config  # noqa: E402
+from fgrpo_utils.cli import check, check_min, parse_config, refuse  # noqa: E402
+from fgrpo_utils.outputs import Damaged, atomic_write_json, read_json, read_jsonl  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 RULE = ("converged at step s: the mean held-out pass@1 over the evaluations in (3s/4, s] is within "
@@ -64,7 +64,7 @@ class Config:
         check(Path(self.model, "sft.json").is_file(), f"--model {self.model}: no sft.json (run maze.py first)")
         stamp = Path(self.results, STAMP)                  # a block: one warm start and the arms trained from it
         if stamp.is_file():
-            check(json.loads(stamp.read_text())["sha256"] == warm_start_id(self.model), f"--model {self.model} is "
+            check(read_json(stamp, ["sha256"])["sha256"] == warm_start_id(self.model), f"--model {self.model} is "
                   f"not the warm start of --results {self.results} (sha256 differs from its {stamp.name}); use "
                   "another --results")
         else:
@@ -107,8 +107,9 @@ def stop_step(metrics, chunk=Config.chunk, min_steps=Config.min_steps, max_steps
 
 
 def read_metrics(run):
+    """train.py's metrics.jsonl of `run`, a cut last line (a killed write) dropped as train.py's resume does."""
     f = run / "metrics.jsonl"
-    return [json.loads(line) for line in f.read_text().splitlines() if line.strip()] if f.is_file() else []
+    return read_jsonl(f) if f.is_file() else []
 
 
 def main(cfg):
@@ -123,12 +124,14 @@ def main(cfg):
              "--out_dir", str(run)]
     print(f"{name}: {RULE}", flush=True)
     stamp = results / STAMP
-    if not stamp.is_file():
-        results.mkdir(parents=True, exist_ok=True)
-        stamp.write_text(json.dumps({"model": cfg.model, "sha256": warm_start_id(cfg.model)}, indent=1) + "\n")
 
     def train_to(s):          # then the outputs so far, so that a run still going is reported too
-        subprocess.run(train + ["--steps", str(s), "--resume", str((run / "ckpt").is_dir()).lower()], check=True)
+        r = subprocess.run(train + ["--steps", str(s), "--resume", str((run / "ckpt").is_dir()).lower()])
+        if r.returncode:      # train.py said why, in one line; nothing of this call is written
+            sys.exit(r.returncode)
+        if not stamp.is_file():   # the block's warm start, once a run of it has trained
+            results.mkdir(parents=True, exist_ok=True)
+            atomic_write_json(stamp, {"model": cfg.model, "sha256": warm_start_id(cfg.model)})
         (results / "runs" / name).mkdir(parents=True, exist_ok=True)
         for f in ("run.json", "metrics.jsonl"):
             shutil.copy(run / f, results / "runs" / name / f)
@@ -142,16 +145,20 @@ def main(cfg):
     else:
         print(f"{name}: not converged by the cap, step {cfg.max_steps}", flush=True)
     final = run / "final" / "progress.json"
-    if not final.is_file() or json.loads(final.read_text())["step"] != s:   # killed before its export
+    if not final.is_file() or read_json(final, ["step"])["step"] != s:   # killed before its export
         train_to(s)
     result = results / "evals" / f"{name}.json"
     if result.is_file():                   # evaluated by an earlier call
         return
     result.parent.mkdir(parents=True, exist_ok=True)
-    subprocess.run([sys.executable, str(ROOT / "evaluate.py"), "--model", str(run / "final"), "--benchmarks", "maze",
-                    "--n", str(cfg.n), "--out", str(result)], check=True,
-                   env={**os.environ, "OMP_NUM_THREADS": str(cfg.threads)})
+    r = subprocess.run([sys.executable, str(ROOT / "evaluate.py"), "--model", str(run / "final"), "--benchmarks",
+                        "maze", "--n", str(cfg.n), "--out", str(result)], env={**os.environ, "OMP_NUM_THREADS": str(cfg.threads)})
+    if r.returncode:
+        sys.exit(r.returncode)
 
 
 if __name__ == "__main__":
-    main(parse_config(Config, doc=__doc__))
+    try:
+        main(parse_config(Config, doc=__doc__))
+    except Damaged as e:               # a cut metrics.jsonl line mid-file, a damaged stamp or progress.json
+        refuse(e)

@@ -30,7 +30,6 @@ seed, each arm's pass@1 and pass@64 and its difference from GRPO; then the mean 
 """
 import dataclasses
 import glob
-import json
 import math
 import sys
 from collections import defaultdict
@@ -41,10 +40,10 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import evaluate  # noqa: E402
-from maze_converge import stop_step  # noqa: E402
+from maze_converge import STAMP, stop_step, warm_start_id  # noqa: E402
 from advantage import pass_at_k_table, subsample_test  # noqa: E402
-from fgrpo_utils.cli import check, check_min, parse_config  # noqa: E402
-from fgrpo_utils.outputs import check_out_file, png_metadata, write_table_out  # noqa: E402
+from fgrpo_utils.cli import check, check_min, parse_config, refuse  # noqa: E402
+from fgrpo_utils.outputs import Damaged, check_out_file, png_metadata, read_json, read_jsonl, write_table_out  # noqa: E402
 
 
 SCRIPT = "bench/maze_report.py"      # the mark in its figure and table (outputs.is_ours)
@@ -90,27 +89,47 @@ def load_runs(cfg):
     """{(N, gamma): {seed: {"metrics": [...], "eval": result or None, "name": folder name, ...}}}. --runs
     may list globs and --evals folders, comma-separated: the i-th glob's evaluations are in the i-th
     folder (or the only one)."""
-    runs = defaultdict(dict)
+    runs, starts = defaultdict(dict), {}
     patterns, evals = cfg.runs.split(","), cfg.evals.split(",")
     for d, ev in sorted((Path(d), evals[i % len(evals)]) for i, p in enumerate(patterns) for d in glob.glob(p)):
-        if not (d / "run.json").is_file() or not (d / "metrics.jsonl").is_file():
-            continue
-        c = json.loads((d / "run.json").read_text())["config"]
-        metrics = [json.loads(line) for line in (d / "metrics.jsonl").read_text().splitlines() if line.strip()]
+        missing = [f for f in ("run.json", "metrics.jsonl") if not (d / f).is_file()]
+        if missing:
+            refuse(f"--runs matches {d}, which holds no {' or '.join(missing)}: not a train.py run folder, or one "
+                   "that never logged a step; narrow the glob")
+        c = read_json(d / "run.json", ["config"])["config"]
+        metrics = read_jsonl(d / "metrics.jsonl")
         result = Path(ev) / f"{d.name}.json"
         arm = (c["group_size"], float(c["gamma"]))
         if c["seed"] in runs[arm]:
-            sys.exit(f"error: --runs matches two runs of N {arm[0]}, gamma {arm[1]:g}, seed {c['seed']}: "
-                     f"{runs[arm][c['seed']]['path']} and {d}")
-        runs[arm][c["seed"]] = {"path": d,
+            refuse(f"--runs matches two runs of N {arm[0]}, gamma {arm[1]:g}, seed {c['seed']}: "
+                   f"{runs[arm][c['seed']]['path']} and {d}")
+        starts[d] = warm_start(d.parent.parent if d.parent.name == "runs" else None, c.get("model", ""))
+        runs[arm][c["seed"]] = {"path": d, "start": starts[d],
             "metrics": metrics, "name": d.name, "rule": c.get("maze_reward", "walk"), "config": c,
             "eval": evaluate.load_result(result)["benchmarks"]["maze"] if result.is_file() else None}
     if not runs:
-        sys.exit(f"error: no train.py run folder matches {cfg.runs!r}")
+        refuse(f"no train.py run folder matches {cfg.runs!r}")
     variants = {variant(r["config"]) for seeds in runs.values() for r in seeds.values()}
     if len(variants) > 1:            # arms are keyed by (N, gamma): other knobs must agree
-        sys.exit(f"error: --runs mixes runs of other settings ({'; '.join(sorted(variants))}); report one at a time")
+        refuse(f"--runs mixes runs of other settings ({'; '.join(sorted(variants))}); report one at a time")
+    if len(set(starts.values())) > 1:   # arms are paired by seed: only runs of one warm start compare
+        a, b = (next(d for d in starts if starts[d] == s) for s in sorted(set(starts.values()))[:2])
+        refuse(f"--runs mixes warm starts: {a} ({starts[a]}) and {b} ({starts[b]}); pair arms within one block")
+    size = {r["config"].get("maze_size") or 0 for seeds in runs.values() for r in seeds.values()}
+    if len(size) > 1:
+        refuse(f"--runs mixes maze sizes {sorted(size)}; report one size at a time")
     return runs
+
+
+def warm_start(block, model):
+    """What a run started from, to tell two warm starts apart: the sha256 in its block's warm_start.json
+    (a results folder BLOCK/runs/NAME: bench/maze_converge.py), else that of its --model folder's
+    weights, else the folder (a block without the stamp whose warm start is gone pairs only with itself)."""
+    if block is not None and (block / STAMP).is_file():
+        return "sha256 " + read_json(block / STAMP, ["sha256"])["sha256"][:12]
+    if Path(model, "model.safetensors").is_file():
+        return "sha256 " + warm_start_id(model)[:12]
+    return f"the warm start of {block or model}"
 
 
 def variant(c):
@@ -324,7 +343,7 @@ def by_sft_difficulty(runs, sft, cfg):
         if not evals:
             continue
         if any(len(e[f"c_{rule}"]) != len(c0) or e["n"] != sft["n"] for e in evals):
-            sys.exit(f"error: {method} at N={N} was evaluated on other mazes or another n than the SFT")
+            refuse(f"{method} at N={N} was evaluated on other mazes or another n than the SFT")
         counts = [np.asarray(e[f"c_{rule}"]) for e in evals]             # one array per seed, all mazes
         cells = []
         for b in range(len(names)):
@@ -384,10 +403,23 @@ def across_blocks(cfg):
 
 
 def main(cfg):
+    try:
+        report(cfg)
+    except Damaged as e:             # a cut run.json, metrics.jsonl line or evaluation: one line, exit 2
+        refuse(e)
+
+
+def report(cfg):
     if cfg.blocks:
         return across_blocks(cfg)
     runs = load_runs(cfg)
     sft = None
+    block = Path(cfg.sft).parent.parent
+    if Path(cfg.sft).is_file() and (block / STAMP).is_file():      # a block's warm start: the runs' own?
+        mine = next(r["start"] for seeds in runs.values() for r in seeds.values())
+        theirs = warm_start(block, "")
+        if theirs != mine:
+            refuse(f"--sft {cfg.sft} evaluates {theirs}, the runs started from {mine}; use their block's")
     if Path(cfg.sft).is_file():      # the result, and {rule: {k: pass@k}} for k = 1, 64, n (Eq. 27)
         b = evaluate.load_result(cfg.sft)["benchmarks"]["maze"]
         sft = {"n": b["n"], "rule": b["rule"], "result": b,

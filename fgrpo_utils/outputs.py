@@ -23,6 +23,42 @@ from pathlib import Path
 
 from fgrpo_utils.cli import REPO, check
 
+class Damaged(ValueError):
+    """A file a script reads back is cut or is not what it should be: "damaged: PATH (why)". Every
+    entry point turns it into one line and exit status 2 (cli.refuse), never a traceback."""
+
+def read_json(path, keys=()):
+    """The JSON object in `path`, holding `keys`; Damaged when it is cut, not JSON or lacks one.
+    A missing file raises FileNotFoundError, for the caller to say what it expected there."""
+    try:
+        obj = json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise Damaged(f"damaged: {path} ({type(e).__name__}: {str(e)[:80]})") from None
+    missing = [k for k in keys if not isinstance(obj, dict) or k not in obj]
+    if not isinstance(obj, dict) or missing:
+        raise Damaged(f"damaged: {path} (no {', '.join(missing) or 'JSON object'})")
+    return obj
+
+def read_jsonl(path):
+    """The rows of a JSON-lines log (train.py's metrics.jsonl). A cut last line, what a kill mid-write
+    leaves, is dropped, as train.py's resume drops it; a bad line before the last is Damaged."""
+    try:
+        lines = Path(path).read_text().splitlines()
+    except UnicodeDecodeError as e:
+        raise Damaged(f"damaged: {path} ({type(e).__name__})") from None
+    rows = []
+    for i, line in enumerate(lines, 1):
+        if line.strip():
+            try:
+                rows.append(json.loads(line))
+            except ValueError:
+                if i == len(lines):
+                    break
+                raise Damaged(f"damaged: {path}:{i} (not a JSON line)") from None
+    return rows
+
 def file_sha256(path):
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 

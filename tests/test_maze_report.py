@@ -3,6 +3,7 @@ the files' numbers. `python -m pytest -q tests/test_maze_report.py`"""
 import json
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -85,7 +86,7 @@ def test_sft_edges_are_checked_before_any_work(tmp_path):
             maze_report.Config(sft_edges=edges)
 
 
-def test_runs_of_another_ablation_setting_are_not_pooled(tmp_path):
+def test_runs_of_another_ablation_setting_are_not_pooled(tmp_path, capsys):
     """Arms are keyed by N and gamma: a --loss_agg or --norm_std run among them would be averaged in."""
     plant(tmp_path, "N8_g0_s0", 8, 0.0, 0, 0.5)
     plant(tmp_path, "N8_g0_s1", 8, 0.0, 1, 0.5)
@@ -95,8 +96,7 @@ def test_runs_of_another_ablation_setting_are_not_pooled(tmp_path):
     run.write_text(json.dumps(c))
     cfg = maze_report.Config(runs=str(tmp_path / "runs" / "N*"), evals=str(tmp_path / "evals"),
                              sft=str(tmp_path / "absent.json"), figure=str(tmp_path / "f.png"), table=str(tmp_path / "t.md"))
-    with pytest.raises(SystemExit, match="mixes runs of other settings"):
-        maze_report.main(cfg)
+    assert "mixes runs of other settings" in refused(cfg, capsys)
 
 
 def test_blocks_pair_arms_within_a_warm_start_only(tmp_path):
@@ -122,20 +122,22 @@ def test_blocks_pair_arms_within_a_warm_start_only(tmp_path):
     assert not (tmp_path / "f.png").exists()
 
 
-def test_runs_from_two_folders_each_with_its_own_evaluations(tmp_path):
+def test_runs_from_two_folders_each_with_its_own_evaluations(tmp_path, capsys):
     """A GRPO run trained on past its stop (bench/maze_converge --min_steps) in a folder of its own, beside
     the block's F-GRPO run: the i-th --runs glob reads the i-th --evals folder, the stop cell says how far
-    the run went on, and two runs of one arm and seed are refused, not one silently dropped."""
+    the run went on, and two runs of one arm and seed are refused, not one silently dropped. The folders
+    pair because their warm_start.json stamps name one warm start."""
     plant(tmp_path / "block", "N8_g0_s0", 8, 0.0, 0, 0.5, [0] * 20 + [64] * 20)      # pass@1 50 at its stop
     plant(tmp_path / "block", "N8_g0.5_s0", 8, 0.5, 0, 0.5, [64] * 40)
     plant(tmp_path / "long", "N8_g0_s0", 8, 0.0, 0, 0.5, [0] * 10 + [64] * 30)       # pass@1 75 at step 2,000
     rows = [{"step": t, "eval/strict/pass@1": 0.4, "eval/strict/pass@64": 0.6} for t in range(100, 2001, 100)]
     (tmp_path / "long" / "runs" / "N8_g0_s0" / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    stamp(tmp_path / "block", "1" * 64)
+    stamp(tmp_path / "long", "1" * 64)
     common = dict(sft=str(tmp_path / "absent.json"), figure=str(tmp_path / "f.png"), table=str(tmp_path / "t.md"), iters=100)
     both = f"{tmp_path / 'long' / 'runs' / '*'},{tmp_path / 'block' / 'runs' / '*'}"
     evals = f"{tmp_path / 'long' / 'evals'},{tmp_path / 'block' / 'evals'}"
-    with pytest.raises(SystemExit, match="two runs of N 8, gamma 0, seed 0"):
-        maze_report.main(maze_report.Config(runs=both, evals=evals, **common))
+    assert "two runs of N 8, gamma 0, seed 0" in refused(maze_report.Config(runs=both, evals=evals, **common), capsys)
     runs = f"{tmp_path / 'long' / 'runs' / '*'},{tmp_path / 'block' / 'runs' / 'N8_g0.5_s*'}"
     maze_report.main(maze_report.Config(runs=runs, evals=evals, **common))
     grpo = next(line for line in (tmp_path / "t.md").read_text().splitlines() if "| GRPO |" in line)
@@ -195,7 +197,7 @@ def test_the_driver_trains_in_chunks_until_the_rule_holds(tmp_path, monkeypatch)
     (model / "sft.json").write_text("{}")
     calls = []
 
-    def fake_run(cmd, check, env=None):
+    def fake_run(cmd, env=None):
         args = dict(zip(cmd[2::2], cmd[3::2]))
         run = Path(args.get("--out_dir", ""))
         if cmd[1].endswith("train.py"):
@@ -211,6 +213,7 @@ def test_the_driver_trains_in_chunks_until_the_rule_holds(tmp_path, monkeypatch)
         else:
             calls.append("evaluate")
             Path(args["--out"]).write_text("{}")
+        return SimpleNamespace(returncode=0)
 
     monkeypatch.setattr(maze_converge.subprocess, "run", fake_run)
     cfg = maze_converge.Config(gamma=0.5, model=str(model), out=str(tmp_path / "out"), results=str(tmp_path / "res"))
@@ -225,3 +228,89 @@ def test_the_driver_trains_in_chunks_until_the_rule_holds(tmp_path, monkeypatch)
     (tmp_path / "res" / "warm_start.json").unlink()                    # runs of an unknown warm start
     with pytest.raises(ValueError, match="which warm start they share is unknown"):
         maze_converge.Config(gamma=1, model=str(model), out=str(tmp_path / "out"), results=str(tmp_path / "res"))
+
+
+def test_the_driver_stops_where_train_py_failed(tmp_path, monkeypatch, capsys):
+    """train.py refused (exit 2, its one line): the driver exits with its code, and the block gets no
+    warm-start stamp nor a copy of a run that never trained."""
+    import maze_converge
+    model = tmp_path / "sft"
+    model.mkdir()
+    (model / "sft.json").write_text("{}")
+    monkeypatch.setattr(maze_converge.subprocess, "run", lambda cmd, env=None: SimpleNamespace(returncode=2))
+    cfg = maze_converge.Config(gamma=0.5, model=str(model), out=str(tmp_path / "out"), results=str(tmp_path / "res"))
+    with pytest.raises(SystemExit) as e:
+        maze_converge.main(cfg)
+    assert e.value.code == 2 and not (tmp_path / "res").exists()
+
+
+def report_cfg(tmp_path, runs="runs/N*", sft="absent.json"):
+    return maze_report.Config(runs=str(tmp_path / runs), evals=str(tmp_path / "evals"), sft=str(tmp_path / sft),
+                              figure=str(tmp_path / "f.png"), table=str(tmp_path / "t.md"), iters=10)
+
+
+def refused(cfg, capsys):
+    with pytest.raises(SystemExit) as e:
+        maze_report.main(cfg)
+    err = capsys.readouterr().err.strip()
+    assert e.value.code == 2 and len(err.splitlines()) == 1, err
+    return err
+
+
+def stamp(block, sha):
+    (block / "warm_start.json").write_text(json.dumps({"model": "m", "sha256": sha}))
+
+
+def test_runs_of_two_warm_starts_are_refused(tmp_path, capsys):
+    """Arms are paired by seed: a GRPO run of one warm start against an F-GRPO run of another is no pair."""
+    for block, sha in (("a", "1" * 64), ("b", "2" * 64)):
+        plant(tmp_path / block, f"N8_g{0 if block == 'a' else 0.5}_s0", 8, 0.0 if block == "a" else 0.5, 0, 0.5)
+        stamp(tmp_path / block, sha)
+    cfg = report_cfg(tmp_path, runs="*/runs/N*")
+    assert "mixes warm starts" in refused(cfg, capsys)
+    stamp(tmp_path / "b", "1" * 64)                       # one warm start, stamped in two blocks
+    maze_report.main(cfg)
+    assert (tmp_path / "t.md").is_file()
+
+
+def test_an_sft_evaluation_of_another_block_is_refused(tmp_path, capsys):
+    plant(tmp_path / "a", "N8_g0_s0", 8, 0.0, 0, 0.5, [0] * 20 + [64] * 20)
+    stamp(tmp_path / "a", "1" * 64)
+    plant(tmp_path / "b", "N8_g0_s0", 8, 0.0, 0, 0.5, [0] * 20 + [64] * 20)
+    stamp(tmp_path / "b", "2" * 64)
+    (tmp_path / "b" / "evals" / "sft.json").write_text((tmp_path / "b" / "evals" / "N8_g0_s0.json").read_text())
+    err = refused(report_cfg(tmp_path, runs="a/runs/N*", sft="b/evals/sft.json"), capsys)
+    assert "--sft" in err and "sha256 222222222222" in err and "sha256 111111111111" in err
+
+
+def test_mixed_maze_sizes_and_folders_that_are_not_runs_are_refused(tmp_path, capsys):
+    plant(tmp_path, "N8_g0_s0", 8, 0.0, 0, 0.5)
+    plant(tmp_path, "N8_g0.5_s0", 8, 0.5, 0, 0.5)
+    run = tmp_path / "runs" / "N8_g0.5_s0" / "run.json"
+    c = json.loads(run.read_text())
+    c["config"]["maze_size"] = 9
+    run.write_text(json.dumps(c))
+    assert "mixes maze sizes" in refused(report_cfg(tmp_path), capsys)
+    c["config"]["maze_size"] = 0
+    run.write_text(json.dumps(c))
+    (tmp_path / "runs" / "N8_notes").mkdir()                     # a folder the glob matches, no run in it
+    err = refused(report_cfg(tmp_path), capsys)
+    assert "N8_notes" in err and "run.json or metrics.jsonl" in err
+
+
+@pytest.mark.parametrize("damage", ["run.json", "metrics.jsonl", "eval"])
+def test_a_damaged_file_is_one_line_naming_it(tmp_path, capsys, damage):
+    """A cut run.json, a cut line inside metrics.jsonl (not its last: a killed write train.py's resume
+    drops) or a cut evaluation: exit 2 naming the file, no traceback, nothing written."""
+    plant(tmp_path, "N8_g0_s0", 8, 0.0, 0, 0.5, [0] * 20 + [64] * 20)
+    run = tmp_path / "runs" / "N8_g0_s0"
+    f = {"run.json": run / "run.json", "metrics.jsonl": run / "metrics.jsonl",
+         "eval": tmp_path / "evals" / "N8_g0_s0.json"}[damage]
+    if damage == "metrics.jsonl":
+        lines = f.read_text().splitlines()
+        f.write_text("\n".join(lines[:3] + [lines[3][:9]] + lines[4:]) + "\n")
+    else:
+        f.write_text(f.read_text()[:20])
+    err = refused(report_cfg(tmp_path), capsys)
+    assert str(f) in err
+    assert not (tmp_path / "t.md").exists()
