@@ -60,7 +60,8 @@ from fgrpo_utils.cli import parse_config
 from fgrpo_utils.distributed import all_max, all_sum, balance_ranks, batch_problems, init_dist, print0
 from fgrpo_utils.logprob import pack, policy_logp
 from fgrpo_utils.metrics import StepResult, Stopwatch, step_metrics
-from fgrpo_utils.run_folder import check_run, due_exports, export, progress, resume_from, save_checkpoint, start_logging
+from fgrpo_utils.run_folder import (DiskTrouble, check_run, due_exports, export, progress, resume_from, save_checkpoint,
+                                    start_logging)
 from fgrpo_utils.task import TaskEntry
 from rollout import make_engine, mix_seed, sync_weights
 
@@ -181,13 +182,12 @@ def main(cfg):
     logger = start_logging(cfg, out, task, world, start)
     try:
         train_loop(cfg, start, task, model, ref_model, engine, opt, logger, tokenizer, out, pad, device, rank, world)
-    except NonFinite as e:
-        print(f"error: {e}", file=sys.stderr, flush=True)
-        sys.exit(1)                          # before any checkpoint or export of this step
-
-    # 8) export, then free all that holds the process group (FSDP's device mesh) before destroying it:
-    # freed at interpreter exit, it can abort a gloo rank ("terminate called without an active exception").
-    export(model, tokenizer, out, ["final"], cfg, progress(cfg, max(start, cfg.steps), task.num_prompts))
+        # 8) export, then free all that holds the process group (FSDP's device mesh) before destroying it:
+        # freed at interpreter exit, it can abort a gloo rank ("terminate called without an active exception").
+        export(model, tokenizer, out, ["final"], cfg, progress(cfg, max(start, cfg.steps), task.num_prompts))
+    except (NonFinite, DiskTrouble) as e:    # before any checkpoint or export of this step; a save cut
+        print(f"error: {e}", file=sys.stderr, flush=True)     # short leaves only temp names, and resume
+        sys.exit(1)                                          # takes the last whole checkpoint
     dist.barrier()
     engine.close()          # vLLM destroys the process groups it joined, the default one included
     del model, opt, ref_model, engine

@@ -16,6 +16,7 @@ out_dir holds only TRAIN_OUTPUTS (outputs.check_out_dir refuses a folder holding
     final/, epoch_E/, step_NNNNNN/   Hugging Face model folders with progress.json (evaluate.py --models)
     .fgrpo.json, .train.lock         our marker (outputs.MARKER); the OS lock held while a run lives
 """
+import contextlib
 import fcntl
 import json
 import os
@@ -204,7 +205,7 @@ def make_logger(cfg, out):
         run = wandb.init(project="fgrpo", config=asdict(cfg), dir=str(out))
 
     def log(m):
-        with open(out / "metrics.jsonl", "a") as f:
+        with writing(out / "metrics.jsonl"), open(out / "metrics.jsonl", "a") as f:
             f.write(json.dumps(m) + "\n")
         if run is not None:
             run.log(m, step=m["step"])
@@ -220,6 +221,46 @@ def make_logger(cfg, out):
         print(line, flush=True)
     return log
 
+class DiskTrouble(Exception):
+    """A write under out_dir failed for the disk's sake (full, read-only): one line naming the path."""
+
+@contextlib.contextmanager
+def writing(path):
+    """Around writes under `path`: an OSError, or what torch's writer and DCP make of one (a full disk
+    reads "unexpected pos N vs M", no OSError in sight), becomes DiskTrouble saying where and why;
+    an error that is not the disk's passes unchanged."""
+    try:
+        yield
+    except (OSError, RuntimeError, CheckpointException) as e:
+        why = disk_trouble(path, e)
+        if why is None:
+            raise
+        raise DiskTrouble(f"{why}; fix that, then rerun with --resume true (the checkpoints before are whole)") from None
+
+def disk_trouble(path, e):
+    """The line for error `e` while writing under `path`, or None when the disk is not to blame."""
+    seen, todo = [], [e]
+    while todo:                  # the error, its causes, and DCP's per-rank failures
+        x = todo.pop()
+        if isinstance(x, tuple):           # DCP's (exception, traceback) of a rank
+            todo += list(x)
+        if not isinstance(x, BaseException) or any(x is y for y in seen):
+            continue
+        seen.append(x)
+        todo += [x.__cause__, x.__context__, *(x.failures.values() if isinstance(x, CheckpointException) else ())]
+    err = next((x for x in seen if isinstance(x, OSError) and x.strerror), None)
+    if err is not None:
+        return f"{err.filename or path}: {err.strerror}"
+    where = Path(path)
+    while not where.exists():
+        where = where.parent
+    free = shutil.disk_usage(where).free
+    if free < 64 << 20:
+        return f"{path}: no space left on the device ({free >> 10} KiB free there)"
+    if not os.access(where, os.W_OK):
+        return f"{path}: not writable"
+    return None
+
 # -----------------------------------------------------------------------------
 # Checkpoints: DCP, one folder ckpt/step_NNNNNN per save, and no "latest" pointer to fall out of step:
 # resume takes the newest whole one. Each is written under a temp name and renamed once complete, so a
@@ -233,20 +274,25 @@ def save_checkpoint(model, opt, step, cfg, out_dir):
     if dist.get_rank() == 0 and tmp.exists():            # left by a run killed mid-save
         shutil.rmtree(tmp)
     io_barrier()
-    dcp.save({"model": msd, "optim": osd}, checkpoint_id=str(tmp), process_group=distributed.IO_GROUP)
+    with writing(tmp):
+        dcp.save({"model": msd, "optim": osd}, checkpoint_id=str(tmp), process_group=distributed.IO_GROUP)
     io_barrier()
     crcs = shard_crcs(tmp)
     if dist.get_rank() == 0:
-        atomic_write_json(tmp / "meta.json", {"step": step, "config": asdict(cfg),
-                                              "rng": torch.get_rng_state().tolist(), "crc32": crcs})
+        with writing(tmp):
+            atomic_write_json(tmp / "meta.json", {"step": step, "config": asdict(cfg),
+                                                  "rng": torch.get_rng_state().tolist(), "crc32": crcs})
         # A damaged step_N that resume skipped is replaced, not an error; one holding a file of
         # someone else's is not (check_run refused it up front; this is the last line of defence).
         foreign = foreign_files(final) if final.is_dir() else []
         check(not foreign, f"{final}: holds {foreign[:1]}, which we did not write; not replaced")
-        replace_dir(tmp, final)
+        with writing(final):
+            replace_dir(tmp, final)
         LOADABLE[str(final)] = True       # its CRCs were just read from the files on disk
         for old in superseded_checkpoints(ckpt_root, cfg.keep_checkpoints):
-            shutil.rmtree(old)
+            gone = old.with_name(f".{old.name}.old")   # renamed first: a kill mid-delete leaves only a
+            old.rename(gone)                           # name remove_killed_saves deletes, never a cut step_N
+            shutil.rmtree(gone)
             LOADABLE.pop(str(old), None)
     io_barrier()
 
@@ -477,7 +523,8 @@ def export(model, tokenizer, out_dir, names, cfg, info):
             else:
                 tokenizer.save_pretrained(tmp)
         for name in names:
-            atomic_dir(Path(out_dir) / name, write)
+            with writing(Path(out_dir) / name):
+                atomic_dir(Path(out_dir) / name, write)
     io_barrier()
 
 def git_sha():

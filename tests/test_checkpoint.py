@@ -96,3 +96,29 @@ def test_a_step_folder_holding_a_users_file_is_refused_before_a_save_replaces_it
     (step / "notes.txt").write_text("not ours")
     problems = folder_problems(SimpleNamespace(resume=True), out, None, None)
     assert len(problems) == 1 and "ckpt/step_000002 holds 'notes.txt'" in problems[0], problems
+
+
+def test_only_the_disks_errors_become_disk_trouble(tmp_path, monkeypatch):
+    """run_folder.writing: an OSError (or DCP's gathered one) names its file and why; torch's writer at a
+    full disk says only "unexpected pos", so the free space decides; any other error passes unchanged."""
+    import errno
+    from torch.distributed.checkpoint.api import CheckpointException
+    target = tmp_path / "ckpt" / ".step_000002.tmp"
+    with pytest.raises(run_folder.DiskTrouble, match=r"metrics\.jsonl: Read-only file system; fix that"):
+        with run_folder.writing(target):
+            raise OSError(errno.EROFS, "Read-only file system", str(tmp_path / "metrics.jsonl"))
+    gathered = CheckpointException("save", {1: (OSError(errno.ENOSPC, "No space left on device", "x.distcp"), None)})
+    with pytest.raises(run_folder.DiskTrouble, match=r"^x\.distcp: No space left on device"):
+        with run_folder.writing(target):
+            raise gathered
+    cut = RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 704 vs 598")
+    with pytest.raises(RuntimeError, match="unexpected pos"):           # room on the disk: not its fault
+        with run_folder.writing(target):
+            raise cut
+    monkeypatch.setattr(run_folder.shutil, "disk_usage", lambda p: SimpleNamespace(free=4096))
+    with pytest.raises(run_folder.DiskTrouble, match=rf"^{target}: no space left on the device \(4 KiB free"):
+        with run_folder.writing(target):
+            raise cut
+    with pytest.raises(ValueError, match="a bug"):
+        with run_folder.writing(target):
+            raise ValueError("a bug")

@@ -553,3 +553,89 @@ def test_retention_never_deletes_the_last_checkpoint_resume_would_load(tiny_run,
     r = resume(flags + ["--keep_checkpoints", "1"], run, 4)
     assert "warning: step_000004 could not be loaded" in r.stderr and "resumed from step 3" in r.stdout
     assert_same_metrics(read_metrics(run), read_metrics(whole))
+
+
+# train.py with one write made to fail as a full disk or a read-only folder would: {fault} patches it in
+FAULTS = {
+    # torch's writer at a full disk: no OSError, "unexpected pos", and the disk has no room left
+    "a full disk during checkpoint 2": '''
+import shutil, torch.distributed.checkpoint as dcp
+real, calls = dcp.save, []
+def save(*a, **k):
+    calls.append(1)
+    if len(calls) == 2:
+        shutil.disk_usage = lambda p: shutil._ntuple_diskusage(1 << 30, 1 << 30, 0)
+        raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 704 vs 598")
+    return real(*a, **k)
+dcp.save = save''',
+    "a read-only out_dir at step 3's log line": '''
+import builtins, errno
+from fgrpo_utils import run_folder
+calls = []
+def ro_open(path, *a, **k):
+    if str(path).endswith("metrics.jsonl") and a and a[0] == "a":
+        calls.append(1)
+        if len(calls) == 3:
+            raise OSError(errno.EROFS, "Read-only file system", str(path))
+    return builtins.open(path, *a, **k)
+run_folder.open = ro_open''',
+    "a full disk during the final export": '''
+import errno
+from fgrpo_utils import outputs, run_folder
+def full(path, write):
+    outputs.atomic_dir(path, lambda tmp: (write(tmp), (_ for _ in ()).throw(
+        OSError(errno.ENOSPC, "No space left on device", str(tmp / "model.safetensors")))))
+run_folder.atomic_dir = full''',
+}
+
+
+@pytest.mark.parametrize("fault", sorted(FAULTS))
+def test_disk_trouble_mid_run_is_one_line_and_loses_nothing(tiny_run, tmp_path, fault):
+    """A full disk during a checkpoint save ended in an 80-line traceback ending "unexpected pos 704 vs
+    598"; a read-only out_dir mid-run in a traceback too. Each is now one line naming the path and why,
+    exit 1, and a resume once the disk is fixed ends as the run never stopped."""
+    flags, whole = tiny_run
+    run = tmp_path / "run"
+    script = FAULTS[fault] + "\nimport runpy, sys\nsys.argv = sys.argv[1:]\nrunpy.run_path('train.py', run_name='__main__')\n"
+    r = subprocess.run([PY, "-c", script, *flags[1:], "--steps", "4", "--out_dir", str(run)], cwd=ROOT, env=ENV,
+                       capture_output=True, text=True, timeout=900)
+    err = [line for line in r.stderr.splitlines() if line.strip()]
+    assert r.returncode == 1 and len(err) == 1, r.stderr[-3000:]
+    where, why = {"a full disk during checkpoint 2": ("ckpt/.step_000002.tmp", "no space left on the device"),
+                  "a read-only out_dir at step 3's log line": ("metrics.jsonl", "Read-only file system"),
+                  "a full disk during the final export": ("model.safetensors", "No space left on device")}[fault]
+    assert err[0].startswith(f"error: {run}/") and where in err[0] and why in err[0], err
+    resume(flags, run, 4)
+    assert_same_metrics(read_metrics(run), read_metrics(whole))
+    assert (run / "final" / "model.safetensors").is_file() and not list(run.glob(".*tmp*"))
+
+
+def test_a_kill_during_retentions_delete_leaves_no_half_deleted_checkpoint(tiny_run, tmp_path):
+    """--keep_checkpoints 1: the final save deletes step 3. A kill halfway through that delete left a cut
+    ckpt/step_000003 for good (no later save would delete it). The folder is now renamed aside first,
+    and the rerun removes what is left under that temp name."""
+    flags, whole = tiny_run
+    run = tmp_path / "run"
+    kill = '''
+import os, re, shutil
+from fgrpo_utils import run_folder
+real = shutil.rmtree
+def rmtree(p, *a, **k):
+    name = os.path.basename(str(p))
+    if re.fullmatch(r"\\.?step_000003(\\.old)?", name) and os.path.isdir(p):
+        os.remove(sorted(os.path.join(str(p), f) for f in os.listdir(p))[0])
+        os._exit(9)                         # as a kill -9 halfway through the delete
+    return real(p, *a, **k)
+run_folder.shutil.rmtree = rmtree
+import runpy, sys
+sys.argv = sys.argv[1:]
+runpy.run_path("train.py", run_name="__main__")
+'''
+    keep = ["--keep_checkpoints", "1", "--steps", "4", "--out_dir", str(run)]
+    r = subprocess.run([PY, "-c", kill, *flags[1:], *keep], cwd=ROOT, env=ENV, capture_output=True, text=True,
+                       timeout=900)
+    assert r.returncode == 9, r.stderr[-3000:]
+    assert not (run / "ckpt" / "step_000003").exists()
+    resume(flags + ["--keep_checkpoints", "1"], run, 4)
+    assert sorted(p.name for p in (run / "ckpt").iterdir()) == ["step_000004"]
+    assert_same_metrics(read_metrics(run), read_metrics(whole))
