@@ -88,6 +88,14 @@ def load_config(folder):
     # the sizes given are checked before transformers reads them: it builds per-layer lists (2M layers: 20 s)
     sub = raw.get("text_config") if isinstance(raw.get("text_config"), dict) else {}
     check_bounds(lambda name: {**raw, **sub}.get(name, 1))
+    both = {**raw, **sub}
+    hd = both.get("head_dim")
+    check(hd is None or (isinstance(hd, int) and not isinstance(hd, bool) and 1 <= hd <= 1 << 12),
+          f"{path}: head_dim {hd!r}: expected an integer in [1, 4,096] (or none: hidden_size / heads)")
+    for where in (both, both.get("rope_parameters") if isinstance(both.get("rope_parameters"), dict) else {}):
+        theta = where.get("rope_theta")
+        check(theta is None or (isinstance(theta, (int, float)) and not isinstance(theta, bool)
+                                and 1 < theta < math.inf), f"{path}: rope_theta {theta!r}: expected a number > 1")
     try:
         config = AutoConfig.from_pretrained(folder)
     except Exception as e:                          # transformers' own message, first line

@@ -47,6 +47,7 @@ def check_config(cfg, tasks):
     if cfg.plan:               # a plan needs the model's config.json and nothing else
         check(Path(cfg.model, "config.json").is_file(), f"--model {cfg.model}: --plan needs a folder "
               "with a config.json (e.g. ../shared/data/models/qwen2.5-7b)")
+        check_engine_flags(cfg, "cpu" if cfg.device == "cpu" else "cuda")     # as memory_plan.plan reads it
         return
     check_inputs(cfg, tasks[cfg.task])
     check_out_dir(cfg.out_dir, "--out_dir", known=TRAIN_OUTPUTS)
@@ -107,12 +108,19 @@ def check_environment(cfg, entry):
     for package, needed, flag, fix in needs:
         if needed and importlib.util.find_spec(package) is None:
             refuse(f"{flag}: {fix}")
-    # Engine flags act on one engine only: elsewhere refused, never recorded in run.json as if they acted.
+    try:
+        check_engine_flags(cfg, device)
+    except ValueError as e:
+        refuse(e)
+
+def check_engine_flags(cfg, device):
+    """Engine flags act on one engine only: elsewhere refused, never recorded in run.json as if they
+    acted (nor planned for by --plan true, whose device is CUDA unless --device cpu)."""
+    engine = engine_kind(cfg, device)
     acts = {"enforce_eager": ("vllm", "cuda"), "vllm_sleep_level": ("vllm", "cuda"),
             "gpu_memory_utilization": ("vllm", "cuda"), "kv_cache_gb": ("torch", None)}
     for name, (kind, on) in acts.items():
         value = getattr(cfg, name)
-        if value != type(cfg).__dataclass_fields__[name].default and (engine != kind or on not in (None, device)):
-            where = "vLLM on CUDA" if on else "TorchEngine (--engine torch)"
-            refuse(f"--{name} {value}: acts only on {where}, and this run samples with --engine {engine} "
-                   f"on {device}; leave it out")
+        check(value == type(cfg).__dataclass_fields__[name].default or (engine == kind and on in (None, device)),
+              f"--{name} {value}: acts only on {'vLLM on CUDA' if on else 'TorchEngine (--engine torch)'}, and "
+              f"this run samples with --engine {engine} on {device}; leave it out")

@@ -100,7 +100,9 @@ BAD_CONFIGS = {"not json": "{not json", "empty": "", "an empty object": "{}", "a
                                              num_hidden_layers=2, intermediate_size=128, vocab_size=100)),
                "an unknown type": '{"model_type": "qwen9"}'}
 BAD_SIZES = {"zero hidden size": ("hidden_size", 0), "zero heads": ("num_attention_heads", 0),
-             "a negative vocabulary": ("vocab_size", -5), "2,000,000 layers": ("num_hidden_layers", 2_000_000)}
+             "a negative vocabulary": ("vocab_size", -5), "2,000,000 layers": ("num_hidden_layers", 2_000_000),
+             "a head_dim of 0": ("head_dim", 0), "a head_dim of -5": ("head_dim", -5),
+             "a string rope_theta": ("rope_theta", "big"), "a rope_theta of 0": ("rope_theta", 0)}
 
 
 @pytest.mark.parametrize("case", [*BAD_CONFIGS, *BAD_SIZES])
@@ -122,6 +124,17 @@ def test_a_bad_config_json_is_one_line_not_a_traceback(data, tmp_path, case, cap
         train.main(train.Config(plan=True, model=str(tmp_path)))
     err = capsys.readouterr().err
     assert e.value.code == 2 and len(err.strip().splitlines()) == 1 and "config.json" in err, err
+
+
+@pytest.mark.parametrize("flags", [dict(kv_cache_gb=5.0), dict(engine="torch", enforce_eager=True),
+                                   dict(engine="torch", gpu_memory_utilization=0.7), dict(device="cpu", vllm_sleep_level=1)])
+def test_plan_refuses_engine_flags_the_run_would_refuse(data, flags):
+    """--plan true planned for --kv_cache_gb on vLLM, which a run refuses: the plan now refuses it too,
+    as the flags are read (parse_config: one line, exit 2)."""
+    import train
+    name = next(k for k in flags if k not in ("engine", "device"))
+    with pytest.raises(ValueError, match=rf"^--{name} .*leave it out"):
+        train.Config(plan=True, model=str(data / MODELS / "qwen2.5-7b"), **flags)
 
 
 @pytest.mark.parametrize("nproc", [7, 10**12])
