@@ -9,14 +9,18 @@ raise NotImplementedError, plus an AGENTS.md for coding assistants and assignmen
 
 What is copied: the files `git ls-files` lists at the repo root, as committed at HEAD (a release is a
 commit: uncommitted edits stay out), so never .git, out/, runs/, virtual environments or untracked
-files; files named in problems.WITHHELD stay out too (they re-implement graded functions).
+files; files named in problems.WITHHELD stay out too (they re-implement graded functions). In a tree
+without .git (a release tarball or a code host's zip, which hold the committed files only), its files
+that .gitignore leaves in: unpack it into a fresh folder, or your own files there ship too.
 A DIR that exists and is not empty is refused (exit 2, one line): nothing is ever overwritten.
 The copy is written into a temporary folder beside DIR and renamed to DIR only once whole and
 checked (the stubbed files parse and import, no solution line of a graded body appears in any
-copied file), so a full disk or a failed check leaves nothing behind (exit 1, one line).
+copied file), so a full disk or a failed check leaves nothing behind (exit 1, one line); what a killed
+run left there is deleted by the next. A symbolic link as DIR, or running this in a student copy, is refused.
 """
 import argparse
 import ast
+import fnmatch
 import hashlib
 import io
 import json
@@ -169,37 +173,73 @@ def sha256(data):
     return hashlib.sha256(data).hexdigest()
 
 
+def release_files(root=ROOT):
+    """({path: (bytes, mode)}, id) of what the release is made from. In a git checkout: the files
+    `git ls-files` lists, as committed at HEAD (id: the commit). In a tree without .git (a release
+    tarball, a code host's zip: the committed files and nothing else): its regular files that
+    .gitignore leaves in (id: "tree " + the sha256 of them all)."""
+    if (Path(root) / ".git").exists():
+        tracked = set(git(root, "ls-files", "-z").decode().split("\0")) - {""}
+        commit = git(root, "rev-parse", "HEAD").decode().strip()
+        with tarfile.open(fileobj=io.BytesIO(git(root, "archive", "--format=tar", commit))) as tar:
+            return {m.name: (tar.extractfile(m).read(), m.mode) for m in tar.getmembers()
+                    if m.isfile() and m.name in tracked}, commit
+    ignore = [line.strip() for line in (Path(root) / ".gitignore").read_text().splitlines()
+              if line.strip() and not line.startswith("#")] if (Path(root) / ".gitignore").is_file() else []
+    files = {}
+    for d, dirs, names in os.walk(root):
+        rel = Path(d).relative_to(root)
+        dirs[:] = sorted(n for n in dirs if not ignored(rel / n, True, ignore))
+        for n in sorted(names):
+            p = Path(d) / n
+            if p.is_file() and not p.is_symlink() and not ignored(rel / n, False, ignore):
+                files[(rel / n).as_posix()] = (p.read_bytes(), p.stat().st_mode & 0o777)
+    return files, "tree " + sha256("".join(f"{k} {sha256(v)}\n" for k, (v, _) in sorted(files.items())).encode())
+
+
+def ignored(rel, is_dir, patterns):
+    """Whether .gitignore's `patterns` leave out path `rel`: its last matching line decides ("!" keeps);
+    "/x" is anchored at the root, "x/" matches folders only, a pattern with no slash matches a name."""
+    out = False
+    for pat in patterns:
+        keep, pat = pat.startswith("!"), pat.lstrip("!")
+        if pat.endswith("/") and not is_dir:
+            continue
+        pat = pat.rstrip("/")
+        hit = (fnmatch.fnmatch(rel.as_posix(), pat.lstrip("/")) if "/" in pat
+               else any(fnmatch.fnmatch(part, pat) for part in rel.parts[-1:]))
+        if hit:
+            out = not keep
+    return out
+
+
 def write_copy(dst, root=ROOT):
-    """Write the student copy into the folder dst (which must not exist): the files `git ls-files`
-    lists, as committed at HEAD, so a release is a commit and never a half-edited working tree.
-    Returns (files, commit)."""
+    """Write the student copy into the folder dst (which must not exist) from release_files: a release
+    is a commit, never a half-edited working tree. Returns (files, commit, originals)."""
     dst = Path(dst)
-    tracked = set(git(root, "ls-files", "-z").decode().split("\0")) - {""}
-    commit = git(root, "rev-parse", "HEAD").decode().strip()
+    files, commit = release_files(root)
     written, hashes = [], {}
-    with tarfile.open(fileobj=io.BytesIO(git(root, "archive", "--format=tar", commit))) as tar:
-        for m in tar.getmembers():
-            if not m.isfile() or m.name not in tracked or m.name in WITHHELD:
-                continue
-            data = tar.extractfile(m).read()
-            if m.name in GRADED_FILES:
-                data = student_file(data.decode(), m.name).encode()
-            elif m.name.endswith(".md"):        # `advantage.py:81`: the student's code decides the line
-                data = without_answers(GRADED_REF.sub(r"`\1`", data.decode()), m.name).encode()
-            path = dst / m.name
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_bytes(data)
-            path.chmod(m.mode)
-            written.append(m.name)
-            hashes[m.name] = sha256(data)
+    for name, (data, mode) in sorted(files.items()):
+        if name in WITHHELD:
+            continue
+        if name in GRADED_FILES:
+            data = student_file(data.decode(), name).encode()
+        elif name.endswith(".md"):        # `advantage.py:81`: the student's code decides the line
+            data = without_answers(GRADED_REF.sub(r"`\1`", data.decode()), name).encode()
+        path = dst / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+        path.chmod(mode)
+        written.append(name)
+        hashes[name] = sha256(data)
     functions = "\n".join(f"- `{f}` (Problem `{pid}`)" for pid, _, fns, _ in PROBLEMS for f in fns)
     (dst / "AGENTS.md").write_text(AGENTS_MD.format(functions=functions))
     release = {"commit": commit, "files": written + ["AGENTS.md", f"assignments/{RELEASE}"], "sha256": hashes}
     (dst / "assignments" / RELEASE).write_text(json.dumps(release, indent=1) + "\n")
-    return written + ["AGENTS.md", f"assignments/{RELEASE}"], commit
+    return written + ["AGENTS.md", f"assignments/{RELEASE}"], commit, files
 
 
-def verify(dst, written, commit, root=ROOT):
+def verify(dst, written, originals):
     """The copy parses, imports, and holds no solution line. Raises AssertionError otherwise."""
     secret = set()
     for rel in GRADED_FILES:
@@ -209,7 +249,7 @@ def verify(dst, written, commit, root=ROOT):
             assert len(body) == 2 and isinstance(body[1], ast.Raise), f"{name} is not a stub in the copy"
         names = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
         assert not names & set(REMOVED.get(rel, [])), f"{rel} still defines {sorted(names & set(REMOVED[rel]))}"
-        secret |= solution_lines(git(root, "show", f"{commit}:{rel}").decode(), rel)
+        secret |= solution_lines(originals[rel][0].decode(), rel)
     modules = ", ".join(rel.removesuffix(".py").replace("/", ".") for rel in GRADED_FILES)
     r = subprocess.run([sys.executable, "-c", f"import {modules}"], cwd=dst, capture_output=True, text=True,
                        env={**os.environ, "PYTHONPATH": str(dst), "PYTHONDONTWRITEBYTECODE": "1"})
@@ -223,21 +263,34 @@ def verify(dst, written, commit, root=ROOT):
         assert not leaked, f"{rel} holds solution lines of graded functions: {leaked[:3]}"
 
 
+MARK = ".make_student_copy"     # the first file in a temporary folder of ours: a leftover holding it is ours
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("dir", help="where to write the copy: a new or empty folder")
     dst = Path(p.parse_args().dir).absolute()
+    if (ROOT / "assignments" / RELEASE).is_file():
+        refuse(f"{ROOT} is a student copy (it has assignments/{RELEASE}), which holds no reference to copy "
+               "from; run this in the course's repository")
+    if dst.is_symlink():
+        refuse(f"{dst} is a symbolic link; pass a real folder (the copy is renamed into place, not written through it)")
     if dst.exists() and (not dst.is_dir() or any(dst.iterdir())):
         refuse(f"{dst} exists and is not an empty folder; pass a new or empty one (nothing is overwritten)")
     if not dst.parent.is_dir():
         refuse(f"{dst.parent} is not a folder; pass a path inside an existing folder")
+    for old in dst.parent.glob(f".{dst.name}.tmp.*"):                # what a killed run of ours left
+        if old.is_dir() and not old.is_symlink() and (old / MARK).is_file():
+            shutil.rmtree(old, ignore_errors=True)
     try:
         tmp = Path(tempfile.mkdtemp(prefix=f".{dst.name}.tmp.", dir=dst.parent))
+        (tmp / MARK).write_text("a copy being written; deleted by the next run if this one was killed\n")
     except OSError as e:
         refuse(f"cannot write in {dst.parent}: {e.strerror or e}")
     try:
-        written, commit = write_copy(tmp)
-        verify(tmp, written, commit)
+        written, commit, originals = write_copy(tmp)
+        verify(tmp, written, originals)
+        (tmp / MARK).unlink()
         if dst.exists():
             dst.rmdir()                                       # empty, checked above
         tmp.chmod(0o755)                                      # mkdtemp made it private
@@ -246,7 +299,9 @@ def main():
         shutil.rmtree(tmp, ignore_errors=True)                # ours: nothing half-written stays
         why = e.strerror if isinstance(e, OSError) and e.strerror else str(e).splitlines()[0]
         refuse(f"no copy written to {dst}: {why}", status=1)
-    print(f"wrote {len(written)} files of commit {commit[:7]} to {dst} (uncommitted changes are not in it): "
+    what = (f"this tree (no .git; {commit[:17]})" if commit.startswith("tree") else
+            f"commit {commit[:7]} (uncommitted changes are not in it)")
+    print(f"wrote {len(written)} files of {what} to {dst}: "
           f"{len(GRADED)} graded functions stubbed ({', '.join(GRADED)}); "
           f"left out: {', '.join(WITHHELD)}; added AGENTS.md and assignments/{RELEASE}")
 

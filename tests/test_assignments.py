@@ -19,8 +19,8 @@ import re
 import shlex
 import shutil
 import subprocess
-import time
 import sys
+import time
 import types
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -767,15 +767,66 @@ def test_copy_imports_and_fails_only_when_a_stub_is_called(student):
     assert "stub: group_advantages: your code here" in r.stdout
 
 
-@pytest.mark.parametrize("kind", ["file", "folder", "under_a_file"])
+@pytest.mark.parametrize("kind", ["file", "folder", "under_a_file", "a link to an empty folder"])
 def test_make_student_copy_refuses_a_taken_or_impossible_dir(tmp_path, kind):
+    """Refused before any work (a link was refused only after the whole copy was built), one line."""
     d = tmp_path / "taken"
-    d.write_text("mine") if kind != "folder" else (d.mkdir(), (d / "notes.txt").write_text("mine"))
+    if kind == "a link to an empty folder":
+        (tmp_path / "empty").mkdir()
+        d.symlink_to(tmp_path / "empty")
+    else:
+        d.write_text("mine") if kind != "folder" else (d.mkdir(), (d / "notes.txt").write_text("mine"))
     target = d / "copy" if kind == "under_a_file" else d
+    t0 = time.perf_counter()
     r = run(ROOT / "assignments" / "make_student_copy.py", target)
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
-    assert (d / "notes.txt" if kind == "folder" else d).read_text() == "mine"
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["taken"]
+    if kind.startswith("a link"):
+        assert "symbolic link" in r.stderr and time.perf_counter() - t0 < 5
+        assert d.is_symlink() and not any((tmp_path / "empty").iterdir())
+    else:
+        assert (d / "notes.txt" if kind == "folder" else d).read_text() == "mine"
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["taken"] + ["empty"] * kind.startswith("a link"))
+
+
+def test_make_student_copy_removes_what_a_killed_run_left_and_only_that(tmp_path):
+    ours, theirs = tmp_path / ".copy.tmp.k1ll3d00", tmp_path / ".copy.tmp.mynotes0"
+    for d in (ours, theirs):
+        d.mkdir()
+        (d / "advantage.py").write_text("half a copy")
+    (ours / make_student_copy.MARK).write_text("")
+    r = run(ROOT / "assignments" / "make_student_copy.py", tmp_path / "copy")
+    assert r.returncode == 0, r.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".copy.tmp.mynotes0", "copy"]
+    assert not (tmp_path / "copy" / make_student_copy.MARK).exists()
+
+
+def test_make_student_copy_in_a_student_copy_is_one_line(student, tmp_path):
+    r = run(student / "assignments" / "make_student_copy.py", tmp_path / "copy", cwd=student)
+    assert r.returncode == 2 and r.stderr.startswith(f"error: {student} is a student copy"), r.stderr
+    assert not (tmp_path / "copy").exists()
+
+
+def test_a_teacher_without_git_makes_the_same_copy_and_grades(student, tmp_path):
+    """A release tarball or a code host's zip has no .git: make_student_copy and grade.py both ended
+    in a `git ls-files` traceback. The tree's files (less what .gitignore leaves out: out/, a venv) give
+    the copy made from HEAD, file for file; grade.py there grades."""
+    tree = tmp_path / "unpacked"
+    tree.mkdir()
+    tar = subprocess.run(["git", "archive", "--format=tar", "HEAD"], cwd=ROOT, capture_output=True, check=True).stdout
+    subprocess.run(["tar", "xf", "-"], cwd=tree, input=tar, check=True)
+    for junk in ("out/maze/ckpt.pt", ".venv/lib/site.py", "assignments/__pycache__/grade.cpython-311.pyc"):
+        (tree / junk).parent.mkdir(parents=True, exist_ok=True)
+        (tree / junk).write_text("not in the release")
+    r = run(tree / "assignments" / "make_student_copy.py", tmp_path / "copy", cwd=tree)
+    assert r.returncode == 0 and "no .git" in r.stdout, r.stderr
+    files = lambda d: {p.relative_to(d).as_posix(): p.read_bytes() for p in d.rglob("*") if p.is_file()
+                       and "__pycache__" not in p.parts}
+    got, want = files(tmp_path / "copy"), files(student)
+    assert set(got) == set(want)
+    assert [f for f in got if got[f] != want[f]] == ["assignments/release.json"]
+    r = run(tree / "assignments" / "grade.py", tmp_path / "copy", *(() if SANDBOX else ("--no_sandbox", "true")),
+            cwd=tree)
+    assert r.returncode == 0 and r.stdout.strip().splitlines()[-1].startswith("total: 0 / "), r.stdout[-2000:]
 
 
 @pytest.mark.parametrize("where", ["mkdtemp", "write_bytes"])
