@@ -654,8 +654,12 @@ def test_nothing_outlives_the_grader_or_reaches_its_files(student, tmp_path):
 
 
 def test_syntax_error_raise_and_hang_at_import_end_in_a_total_line(student, tmp_path):
+    """...and a graded function that prints forever: its output filled the grader's temporary folder,
+    uncapped, and the grader died in torch.save with no total line; it is now read through a pipe and
+    only its first 64 KiB kept, and the problem times out."""
     cases = {"syntax": "def broken(:\n", "raises": "raise RuntimeError('at import')\n",
-             "hangs": "while True:\n    pass\n"}
+             "hangs": "while True:\n    pass\n",
+             "prints": "def group_advantages(*args, **kwargs):\n    while True:\n        print('x' * 4096)\n"}
 
     def one(item):
         name, code = item
@@ -664,7 +668,7 @@ def test_syntax_error_raise_and_hang_at_import_end_in_a_total_line(student, tmp_
         p = d / "advantage.py"
         p.write_text(p.read_text() + code)
         # the hang waits out its timeout; the others import torch and transformers, slow on a busy machine
-        return name, grade_dir(d, tmp_path, "--import_timeout", 10 if name == "hangs" else 300)
+        return name, grade_dir(d, tmp_path, "--import_timeout", 10 if name == "hangs" else 300, "--timeout", 10)
     with ThreadPoolExecutor(2) as pool:
         reports = dict(pool.map(one, cases.items()))
     for name, r in reports.items():
@@ -672,6 +676,8 @@ def test_syntax_error_raise_and_hang_at_import_end_in_a_total_line(student, tmp_
     assert "SyntaxError" in reports["syntax"]["problems"]["group_advantages"]["failed"][0]
     assert "RuntimeError: at import" in reports["raises"]["problems"]["pass_at_k"]["failed"][0]
     assert "took over 10" in reports["hangs"]["problems"]["pass_at_k"]["failed"][0]
+    assert "timed out after 10" in reports["prints"]["problems"]["group_advantages"]["failed"][0]
+    assert len(json.dumps(reports["prints"])) < 1 << 20
 
 
 def test_json_over_a_users_file_is_refused(tmp_path):
