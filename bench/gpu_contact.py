@@ -46,7 +46,7 @@ sys.path.insert(1, str(Path(__file__).resolve().parent))             # gpu_check
 from fgrpo_utils import distributed, memory_plan, policy  # noqa: E402
 import train  # noqa: E402
 from fgrpo_utils.cli import check, check_device, check_min, parse_config  # noqa: E402
-from fgrpo_utils.outputs import check_out_file, write_json_out  # noqa: E402
+from fgrpo_utils.outputs import check_out_file, remove_temp, write_json_out  # noqa: E402
 from fgrpo_utils.logprob import completion_logp, pack, policy_logp  # noqa: E402
 from fgrpo_utils.policy import use_attention  # noqa: E402
 from rollout import TorchEngine, VLLMEngine, mix_seed, sync_weights  # noqa: E402
@@ -387,6 +387,7 @@ def main(cfg):
         torch.set_num_threads(cfg.threads)
     transformers.utils.logging.disable_progress_bar()
     Path(cfg.out_dir).mkdir(parents=True, exist_ok=True)
+    remove_temp(cfg.out_dir, [f"gpu_contact_{name}.json" for name in PARTS])   # what a killed write left
     _, _, device = distributed.init_dist(cfg.device)                # a process group of one, as plain train.py
     if cfg.part == "vllm":
         run_vllm_alone(cfg, device)

@@ -84,6 +84,10 @@ def test_first_contact_script_runs_every_part_without_vllm(tmp_path):
     on the GPU image: each part writes its own JSON, the vLLM part says it was skipped and the others
     still run, with figures that add up (two layer counts extrapolated to 28, the plan beside each)."""
     out = tmp_path / "gc"
+    out.mkdir()
+    killed, theirs = out / ".gpu_contact_update.json.tmp.k1ll3d", out / ".notes.json.tmp.mine"   # a kill mid-write
+    killed.write_text("{")
+    theirs.write_text("mine")
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "FGRPO_DATA": str(tmp_path / "no_data")}
     r = subprocess.run([sys.executable, "-c", RUN, "bench/gpu_contact.py", "--tiny", "true", "--device", "cpu",
                         "--threads", "1", "--budget_s", "60", "--out_dir", str(out)], cwd=ROOT, env=env,
@@ -92,6 +96,7 @@ def test_first_contact_script_runs_every_part_without_vllm(tmp_path):
     parts = {p: json.loads((out / f"gpu_contact_{p}.json").read_text()) for p in
              ("env", "vllm", "update", "engine", "check")}
     assert all(f["written_by"] == "fgrpo bench/gpu_contact.py" for f in parts.values())
+    assert not killed.exists() and theirs.read_text() == "mine"
     env_ = parts["env"]
     assert env_["status"] == "ok" and env_["torch"] and env_["vllm"].startswith("not importable")
     assert parts["vllm"]["status"] == "skipped: vLLM not installed"
