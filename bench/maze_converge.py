@@ -81,17 +81,25 @@ def warm_start_id(model):
     return h.hexdigest()
 
 
+COLLAPSE = 0.02                   # RULE's collapse: pass@64 - pass@1 under 2 points
+
+
+def evaluations(metrics, rule="strict"):
+    """(step, pass@1, pass@64) of each held-out evaluation in train.py's metrics."""
+    return [(m["step"], m[f"eval/{rule}/pass@1"], m[f"eval/{rule}/pass@64"]) for m in metrics
+            if f"eval/{rule}/pass@64" in m]
+
+
 def converged(metrics, rule="strict"):
     """RULE on train.py's metrics (rows with eval/RULE/pass@k), at the last evaluated step s."""
-    ev = [(m["step"], m[f"eval/{rule}/pass@1"], m[f"eval/{rule}/pass@64"]) for m in metrics
-          if f"eval/{rule}/pass@64" in m]
+    ev = evaluations(metrics, rule)
     if len(ev) < 3:
         return False
     s = ev[-1][0]
     late = [p1 for t, p1, _ in ev if 3 * s / 4 < t <= s]
     mid = [p1 for t, p1, _ in ev if s / 2 < t <= 3 * s / 4]
     plateau = bool(late and mid) and abs(sum(late) / len(late) - sum(mid) / len(mid)) < 0.01
-    collapsed = all(p64 - p1 < 0.02 for _, p1, p64 in ev[-2:])
+    collapsed = all(p64 - p1 < COLLAPSE for _, p1, p64 in ev[-2:])
     return plateau or collapsed
 
 

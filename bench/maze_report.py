@@ -40,7 +40,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import evaluate  # noqa: E402
-from maze_converge import STAMP, stop_step, warm_start_id  # noqa: E402
+from maze_converge import COLLAPSE, STAMP, evaluations, stop_step, warm_start_id  # noqa: E402
 from advantage import pass_at_k_table, subsample_test  # noqa: E402
 from fgrpo_utils.cli import check, check_min, parse_config, refuse  # noqa: E402
 from fgrpo_utils.outputs import Damaged, check_out_file, png_metadata, read_json, read_jsonl, write_table_out  # noqa: E402
@@ -60,13 +60,14 @@ class Config:
     table: str = "runs/maze/table4.md"
     bin: int = 10                            # steps per point of the training-reward curve
     early: int = 100                         # steps in which the early pass@64 drop is looked for
+    last: int = 10                           # train.py evaluations averaged beside the final one
     m: int = 64                              # the paired test's subsample size (<= evaluate.py's n)
     iters: int = 20_000
     sft_edges: tuple[float, ...] = (0.05, 0.2, 0.5)  # upper edges of the bins of SFT success c/n
     blocks: str = ""                         # comma-separated results folders: the table across them instead
 
     def __post_init__(self):
-        check_min(self, 1, "bin", "early", "m", "iters")
+        check_min(self, 1, "bin", "early", "last", "m", "iters")
         check(Path(self.figure).suffix == ".png" and Path(self.table).suffix == ".md",
               f"--figure {self.figure} / --table {self.table}: expected a .png and a .md")
         check_out_file(self.figure, "--figure", SCRIPT)        # replaced only if this script wrote it
@@ -272,12 +273,49 @@ def table(runs, sft, cfg):
             cells = [f"{100 * res[k]['diff']:+.1f} [{100 * res[k]['lo']:+.1f}, {100 * res[k]['hi']:+.1f}]"
                      + ("*" if res[k]["significant"] else "") for k in (1, cfg.m)]
             lines.append(f"| {N} | {ARMS.get(gamma, gamma)} | {s} | " + " | ".join(cells) + " |")
+    lines += per_run(runs, cfg)
     lines += by_step(runs, cfg)
     if sft is not None:
         lines += by_sft_difficulty(runs, sft, cfg)
     text = "\n".join(lines) + "\n"
     write_table_out(cfg.table, text, SCRIPT)
     print(text)
+
+
+def per_run(runs, cfg):
+    """Per run, the final evaluation beside the mean pass@1 of train.py's last --last evaluations (one
+    such evaluation swings by points), both minus GRPO's at the same seed; and the plan's collapse test
+    (maze_converge.RULE) run by run: pass@64 - pass@1 at the last two evaluations, how many of all the
+    evaluations are under COLLAPSE, and the smallest gap."""
+    head = (f"| N | method | seed | last step | final pass@1 | mean pass@1, last {cfg.last} evals | − GRPO: final / "
+            f"last {cfg.last} | pass@64 − pass@1, last two evals | evals under {100 * COLLAPSE:g} points | smallest gap |")
+    lines = [f"\nPer run: the final evaluation, and the mean of the last {cfg.last} of train.py's held-out "
+             f"evaluations; the plan's collapse test (pass@64 − pass@1 < {100 * COLLAPSE:g} points at the last "
+             "two evaluations: bench/maze_converge.RULE) run by run; points:\n", head, "|---" * (head.count("|") - 1) + "|"]
+
+    def numbers(r):
+        ev = evaluations(r["metrics"], r["rule"])
+        final = pass_at(r["eval"], r["rule"], 1) if r["eval"] is not None else None
+        return ev, final, (np.mean([p1 for _, p1, _ in ev[-cfg.last:]]) if ev else None)
+    for (N, gamma), seeds in sorted(runs.items()):
+        for s, r in sorted(seeds.items()):
+            ev, final, recent = numbers(r)
+            gaps = [p64 - p1 for _, p1, p64 in ev]
+            cells = ["–" if final is None else f"{100 * final:.1f}",
+                     "–" if recent is None else f"{100 * recent:.1f} ({ev[-cfg.last:][0][0]}–{ev[-1][0]})"]
+            base = runs.get((N, 0.0), {}).get(s)
+            if gamma and base is not None:
+                _, b_final, b_recent = numbers(base)
+                d = ["–" if None in (a, b) else f"{100 * (a - b):+.1f}" for a, b in ((final, b_final), (recent, b_recent))]
+                cells.append(" / ".join(d))
+            else:
+                cells.append("–")
+            cells += [", ".join(f"{100 * g:.1f}" for g in gaps[-2:]) + (" (collapsed)" if len(gaps) >= 2 and
+                      max(gaps[-2:]) < COLLAPSE else ""), f"{sum(g < COLLAPSE for g in gaps)} of {len(gaps)}",
+                      f"{100 * min(gaps):.1f}" if gaps else "–"]
+            last = max((m["step"] for m in r["metrics"]), default=0)
+            lines.append(f"| {N} | {ARMS.get(gamma, gamma)} | {s} | {last} | " + " | ".join(cells) + " |")
+    return lines
 
 
 def stopped(metrics):
@@ -359,7 +397,8 @@ def by_sft_difficulty(runs, sft, cfg):
 
 def across_blocks(cfg):
     """The --blocks table: rows (block, seed), per N a column per arm and per arm minus GRPO, for
-    pass@1 and pass@64 of the final evaluations; a last row of mean ± SE over the rows that have both."""
+    pass@1 and pass@64 of the final evaluations and the mean pass@1 of train.py's last --last
+    evaluations; a last row of mean ± SE over the rows that have both."""
     rows, arms = [], set()
     for b in cfg.blocks.split(","):
         sub = dataclasses.replace(cfg, runs=str(Path(b, "runs", "*")), evals=str(Path(b, "evals")))
@@ -369,24 +408,27 @@ def across_blocks(cfg):
             arms.add((N, gamma))
             for s, r in seeds.items():
                 if r["eval"] is not None:
-                    by_seed[s][(N, gamma)] = (r["eval"], stopped(r["metrics"]))
+                    by_seed[s][(N, gamma)] = r
         rows += [(b, pass_at(sft, sft["rule"], 1), s, got) for s, got in sorted(by_seed.items())]
     lines = []
-    for k in (1, cfg.m):
+    for k in (1, cfg.m, "last"):
+        what = (f"Mean held-out pass@1 of train.py's last {cfg.last} evaluations" if k == "last" else
+                f"Final held-out pass@{k}")
         for N in sorted({n for n, _ in arms}):
             mine = sorted(g for n, g in arms if n == N)
             head = (f"| block (SFT pass@1) | seed | " + " | ".join(ARMS.get(g, g) for g in mine) + " | "
                     + " | ".join(f"{ARMS.get(g, g)} − GRPO" for g in mine if g) + " |")
-            lines += [f"\nFinal held-out pass@{k}, N = {N}, % (stopping step in brackets); differences paired "
+            lines += [f"\n{what}, N = {N}, % (stopping step in brackets); differences paired "
                       "within a block and seed:\n", head, "|---" * (head.count("|") - 1) + "|"]
             cols = defaultdict(list)
             for b, sft_p1, s, got in rows:
                 cells = []
                 for g in mine:
-                    e = got.get((N, g))
-                    v = pass_at(e[0], e[0]["rule"], k) if e else None
+                    r = got.get((N, g))
+                    v = None if r is None else pass_at(r["eval"], r["rule"], k) if k != "last" else \
+                        float(np.mean([p1 for _, p1, _ in evaluations(r["metrics"], r["rule"])[-cfg.last:]]))
                     cols[g].append(v)
-                    cells.append("–" if e is None else f"{100 * v:.1f} ({e[1]})")
+                    cells.append("–" if r is None else f"{100 * v:.1f} ({stopped(r['metrics'])})")
                 grpo = cols[0.0][-1] if 0.0 in mine else None
                 for g in mine:
                     if g:

@@ -1,5 +1,6 @@
 """bench/maze_report.py on planted run folders and results: every run is reported, the numbers are
 the files' numbers. `python -m pytest -q tests/test_maze_report.py`"""
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -49,7 +50,7 @@ def test_report_lists_every_run_with_its_numbers(tmp_path, capsys):
     assert "+55.0 ± 5.0" in grpo                           # SFT 1.0 minus the early pass@64 (0.5, 0.4)
     fgrpo = next(line for line in text.splitlines() if "| F-GRPO γ=0.5 |" in line)
     assert "no final eval: seed 1" in fgrpo and "| 2 | 50.0 | 100.0 |" in fgrpo
-    paired = [line for line in text.splitlines() if line.startswith("| 8 | F-GRPO γ=0.5 | 0 |")]
+    paired = [line for line in text.splitlines() if line.startswith("| 8 | F-GRPO γ=0.5 | 0 |") and "[" in line]
     assert len(paired) == 1 and "+0.0" in paired[0].split("|")[4] and "*" in paired[0].split("|")[5]
     assert (tmp_path / "f.png").stat().st_size > 0
     by_step = text[text.index("pass@64 by step"):]                 # paired by seed: +10 and +20 points
@@ -119,6 +120,9 @@ def test_blocks_pair_arms_within_a_warm_start_only(tmp_path):
     assert "| b (25.0) | 0 | 25.0 (running) | 12.5 (running) | -12.5 |" in p1
     assert "| b (25.0) | 1 | – | 50.0 (running) | – |" in p1
     assert "| mean ± SE | pairs 2 | 37.5 ± 12.5 | 45.8 ± 18.2 | +6.2 ± 18.7 |" in p1
+    recent = (tmp_path / "t.md").read_text().split("last 10 evaluations")[1].splitlines()   # every run: 20, 30
+    assert "| a (50.0) | 0 | 25.0 (running) | 25.0 (running) | +0.0 |" in recent
+    assert "| mean ± SE | pairs 2 | 25.0 ± 0.0 | 25.0 ± 0.0 | +0.0 ± 0.0 |" in recent
     assert not (tmp_path / "f.png").exists()
 
 
@@ -314,3 +318,26 @@ def test_a_damaged_file_is_one_line_naming_it(tmp_path, capsys, damage):
     err = refused(report_cfg(tmp_path), capsys)
     assert str(f) in err
     assert not (tmp_path / "t.md").exists()
+
+
+def test_each_run_shows_its_recent_evaluations_and_the_collapse_test(tmp_path):
+    """"None collapses" was said of runs one of which met the plan's own collapse test at its stop. The
+    per-run table now says it run by run (pass@64 - pass@1 at the last two of train.py's evaluations,
+    how many are under 2 points), beside the mean pass@1 of the last --last evaluations, both paired
+    with GRPO at the seed. Planted: evaluations at steps 5 and 10 with pass@1 0.2 and 0.3."""
+    plant(tmp_path, "N8_g0_s0", 8, 0.0, 0, 0.21, [0] * 20 + [64] * 20)      # gaps 1.0 and 1.0: collapsed
+    plant(tmp_path, "N8_g0.5_s0", 8, 0.5, 0, 0.5, [32] * 40)                 # gaps 30 and 30
+    rows = [json.loads(line) for line in (tmp_path / "runs" / "N8_g0.5_s0" / "metrics.jsonl").read_text().splitlines()]
+    rows[9]["eval/strict/pass@1"] = 0.5                                       # its last evaluation: 0.5
+    rows[9]["eval/strict/pass@64"] = 0.515                                    # gap 1.5: one under 2 points
+    (tmp_path / "runs" / "N8_g0.5_s0" / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    cfg = maze_report.Config(runs=str(tmp_path / "runs" / "N*"), evals=str(tmp_path / "evals"), sft=str(tmp_path / "x"),
+                             figure=str(tmp_path / "f.png"), table=str(tmp_path / "t.md"), iters=10, last=1)
+    maze_report.main(cfg)
+    text = (tmp_path / "t.md").read_text()
+    part = text[text.index("Per run"):]
+    assert "| 8 | GRPO | 0 | 10 | 50.0 | 30.0 (10–10) | – | 1.0, 1.0 (collapsed) | 2 of 2 | 1.0 |" in part, part
+    assert "| 8 | F-GRPO γ=0.5 | 0 | 10 | 50.0 | 50.0 (10–10) | +0.0 / +20.0 | 30.0, 1.5 | 1 of 2 | 1.5 |" in part, part
+    cfg = dataclasses.replace(cfg, last=2)
+    maze_report.main(cfg)
+    assert "| 8 | GRPO | 0 | 10 | 50.0 | 25.0 (5–10) |" in (tmp_path / "t.md").read_text()
