@@ -29,6 +29,9 @@ logprob.policy_logp):
   Rollout engine: vLLM takes gpu_memory_utilization x the device while sampling and sleeps (level 1)
   during the update: ~0 on the device, its bf16 weights in host RAM. TorchEngine holds an unsharded
   bf16 copy of the weights always, plus its KV budget and sampling buffers while it samples.
+  Host RAM per node (host_plan): rank 0's node, the one that loads and exports; each phase the sum of what
+  is alive then, the peak the largest phase: per rank the process, the scorer, vLLM in the process and its
+  level-1 backup, the rollouts; rank 0's fp32 copy at start-up (the load) and at each export (the gather).
 Not modelled: allocator fragmentation (keep a few GiB of margin; `fits` needs the peak <= the device) and
 the optimizer step's temporaries beyond one fp32 shard-sized buffer, which come after the activations are
 freed. The vLLM CUDA terms (repeat_kv, mask bias) are read from the code, measured only on the CPU.
@@ -52,6 +55,14 @@ ENGINE_MAX_BATCH = 512          # TorchEngine's max_batch_size (rows sampled per
 CUDA_RUNTIME_GIB = 1.5          # CUDA context, NCCL buffers, cuBLAS workspace: an estimate, per rank
 VLLM_OVERHEAD_GIB = 2.0         # vLLM's share less weights and KV: profiling activations, CUDA graphs (estimate)
 GPUS_PER_NODE = 8               # ranks per node, for host RAM per node
+# Host RAM per rank (host_plan), estimates (no node's RSS measured yet):
+PROCESS_HOST_GIB = 3.0          # Python, torch + CUDA libraries (cuBLAS, cuDNN, NCCL), the context's host side, transformers
+SCORER_HOST_GIB = 0.75          # reward.Scorer (math): a forkserver + 2 workers with sympy and math-verify, ~0.25 GiB each
+VLLM_HOST_GIB = 2.0             # vLLM in the process: its imports, compiled graphs, CPU-side and pinned input buffers,
+                                # buffers saved at level 2 (rotary tables, MiBs); inductor compiles in 1 thread (vLLM sets it)
+ROLLOUT_TOKEN_BYTES = 500       # a sampled token on the host: vLLM's per-token logprob dict + Logprob, then our lists
+NODE_RAM_GIB = (128, 256, 512, 1024)   # node sizes the plan checks
+OS_RESERVE = 0.10               # of a node's RAM left to the OS, daemons and page cache: fits = peak <= 90%
 MATH_PROMPTS = 39_202           # DeepScaleR: the math run exports once per epoch of these
 
 # -----------------------------------------------------------------------------
@@ -187,7 +198,8 @@ class Plan:
     params: dict             # total, root, block, layers, tied
     host_gib: float          # host RAM per rank the engine needs (vLLM asleep at level 1: its pinned backup)
     disk: dict = field(default_factory=dict)    # GiB, whole run: checkpoint, checkpoints, export, exports
-    host: dict = field(default_factory=dict)    # GiB: per_rank, startup (rank 0's one fp32 load), node
+    host: dict = field(default_factory=dict)    # host_plan, GiB: per_rank (steady), startup and export (rank 0's
+                                                # fp32 copy), node (the peak), backup, phases, rows, fits
     kv: dict = field(default_factory=dict)      # KV-cache tokens one rank holds against the step's worst case
 
 def micro_batch_shapes(cfg, lengths=None):
@@ -267,9 +279,6 @@ def plan(cfg, world, gpu_memory_gb=80.0, config=None, lengths=None):
     # the KV cache against the step's worst case: every row of this rank's share at full length
     kv_info = dict(tokens=int(kv_tokens), worst_tokens=rank_rows * (Lp + Lr), rows=rank_rows,
                    rows_at_once=int(min(rank_rows, kv_tokens // (Lp + Lr))))
-    ranks_per_node = min(W, GPUS_PER_NODE)
-    host_info = dict(per_rank=g(host), sleep_level=level, ranks_per_node=ranks_per_node, startup=g(4 * P),
-                     node=g(max(4 * P, host * ranks_per_node)))
     # the sync gathers full tensors in the engine's dtype, in ~1 GiB buckets; a larger one travels alone
     row("weight-sync bucket", 0, 0, max(GiB, d * V * h), f"full {'bf16' if mixed else 'fp32'} tensors, one bucket")
     if mixed:
@@ -281,6 +290,7 @@ def plan(cfg, world, gpu_memory_gb=80.0, config=None, lengths=None):
     peak = phases[peak_phase]
     largest = max(R, key=lambda r: getattr(r, peak_phase))
     disk = disk_plan(cfg, P)
+    host_info = host_plan(cfg, m, level, g(host), W, rank_rows * Lr, 0 if mixed else peak)
     return Plan(str(cfg.model), W, device, engine, R, phases, peak, peak_phase, float(gpu_memory_gb),
                 peak <= gpu_memory_gb, largest,
                 dict(rows=rows_, row_len=row_len, tokens=tokens, completion_tokens=completion, checkpointing=ckpt),
@@ -334,6 +344,43 @@ def disk_plan(cfg, P):
     return dict(checkpoint=12 * P / GiB, checkpoints=12 * P / GiB * (cfg.keep_checkpoints + 1),
                 export=4 * P / GiB, exports=n_exports, exports_total=4 * P / GiB * n_exports)
 
+def host_plan(cfg, m, level, backup, W, rollout_tokens, device_peak):
+    """Host RAM, GiB per node, on rank 0's node (it alone loads the weights and writes the exports) in each
+    phase: rows of (name, {phase: GiB}, why), and the node's peak = the largest phase, not the sum of the rows.
+    level: vLLM's sleep level (None: TorchEngine); backup: its level-1 pinned backup, GiB a rank;
+    rollout_tokens: completion tokens a rank samples per step; device_peak: the plan's GiB a rank on the CPU,
+    where it is host RAM (0 on CUDA)."""
+    n, copy = min(W, GPUS_PER_NODE), 4 * m["total"] / GiB    # an fp32 copy of every weight, GiB
+    math_task = getattr(cfg, "task", "math") == "math"
+    rows = []
+
+    # steady = the rollout and update phases (the rollouts at full length); an export comes on top of it
+    def row(name, gib, why, startup=True, steady=True, export=True):
+        rows.append((name, {"startup": gib * startup, "steady": gib * steady, "export": gib * export}, why))
+    row("processes", n * PROCESS_HOST_GIB, f"{n} ranks x {PROCESS_HOST_GIB} GiB: Python, torch (+ CUDA), transformers")
+    row("reward scorer", n * SCORER_HOST_GIB * math_task, f"{n} x {SCORER_HOST_GIB} GiB: forkserver + 2 math-verify "
+        "workers, from the first score", startup=False)
+    if level is not None:
+        row("vLLM in the process", n * VLLM_HOST_GIB, f"{n} x {VLLM_HOST_GIB} GiB: imports, graphs, input buffers")
+        # wake_up frees the backup into torch's pinned host cache, which keeps it: resident from the first sleep
+        row("vLLM pinned backup", n * backup, f"level {level}: " + (f"{n} x {backup:.1f} GiB, power-of-two blocks"
+            if level == 1 else "none, the sync rewrites every weight"), startup=False)
+    row("rollouts", n * rollout_tokens * ROLLOUT_TOKEN_BYTES / GiB, f"{n} x {rollout_tokens:,} tokens (full length) "
+        f"x {ROLLOUT_TOKEN_BYTES} B: the engine's outputs, our lists", startup=False)
+    if device_peak:
+        row("the plan above (CPU)", n * device_peak, f"{n} x {device_peak:.1f} GiB: on the CPU the device is host RAM")
+    # policy.build: rank 0 reads the fp32 model once and broadcasts the shards (no copy per rank)
+    row("rank 0's fp32 load", copy, "policy.build: read once, shards broadcast", steady=False, export=False)
+    # run_folder.export: get_model_state_dict(full_state_dict, cpu_offload) gathers FSDP2's fp32 master weights
+    # to rank 0's CPU; safetensors 0.8 writes them by pointer, no second copy
+    row("rank 0's export gather", copy, "run_folder.export: full fp32 state dict", startup=False, steady=False)
+    phases = {k: sum(r[1][k] for r in rows) for k in ("startup", "steady", "export")}
+    peak_phase = max(phases, key=phases.get)
+    node = phases[peak_phase]
+    return {"per_rank": phases["steady"] / n, "backup": backup, "sleep_level": level, "ranks_per_node": n,
+            "startup": copy, "export": copy, "rows": rows, "phases": phases, "peak_phase": peak_phase, "node": node,
+            "fits": {size: node <= (1 - OS_RESERVE) * size for size in NODE_RAM_GIB}}
+
 def vllm_pinned_bytes(m):
     """Host RAM one sleeping vLLM takes at sleep level 1: a pinned copy of each device block, and torch's
     pinned allocator rounds every block up to a power of two. vLLM 0.32's blocks are its weight tensors in
@@ -358,11 +405,17 @@ def format_plan(p):
                  + f"  peak: {p.peak_phase}")
     hs, kv = p.host, p.kv
     if hs:
+        lines.append(f"{'host RAM (GiB per node)':36s} {'startup':>8s} {'steady':>8s} {'export':>8s}  rank 0's node: why")
+        for name, by_phase, why in hs["rows"]:
+            lines.append(f"{name:36s} " + " ".join(f"{v:8.2f}" for v in by_phase.values()) + f"  {why}")
+        lines.append(f"{'total':36s} " + " ".join(f"{v:8.2f}" for v in hs["phases"].values())
+                     + f"  peak: {hs['peak_phase']}")
         asleep = ("no backup at sleep level 2 (the sync rewrites every weight)" if hs["sleep_level"] == 2 else
-                  f"{hs['per_rank']:.1f} GiB per rank, the sleeping vLLM's pinned backup (level 1: each block "
+                  f"{hs['backup']:.1f} GiB per rank, the sleeping vLLM's pinned backup (level 1: each block "
                   "rounded up to a power of two)" if hs["sleep_level"] == 1 else "no engine backup (TorchEngine)")
-        lines.append(f"host RAM: {asleep}; at start-up rank 0 alone reads the fp32 weights, {hs['startup']:.1f} GiB; "
-                     f"per node of {hs['ranks_per_node']} ranks: {hs['node']:.1f} GiB at most")
+        fits = ", ".join(f"{s} GiB {'fits' if ok else 'swaps'}" for s, ok in hs["fits"].items())
+        lines.append(f"host RAM: {asleep}; per node of {hs['ranks_per_node']} ranks {hs['node']:.1f} GiB at most "
+                     f"({hs['peak_phase']}; estimates): {fits} ({OS_RESERVE:.0%} left to the OS)")
     if kv and kv["tokens"]:
         lines.append(f"KV cache: {kv['tokens']:,} tokens per rank ({'vLLM, estimated' if p.engine == 'vllm' else '--kv_cache_gb'})"
                      f" against the step's worst case {kv['worst_tokens']:,} ({kv['rows']} rows at full length): "

@@ -79,12 +79,100 @@ def test_micro_batch_shapes(data):
 def test_host_ram_per_rank_and_node(data):
     """Sleep level 1 backs vLLM's bf16 weights (14.2 GiB at the 7B) up to pinned host memory in blocks
     rounded up to powers of two: ~27 GiB a rank, ~214 GiB a node of 8. Level 2 keeps no backup; the
-    start-up load is rank 0's one fp32 copy (28.4 GiB), not one per rank."""
+    start-up load and each export are rank 0's one fp32 copy (28.4 GiB), not one per rank."""
     one = memory_plan.plan(config(data, "qwen2.5-7b", vllm_sleep_level=1), 8, 80.0)
     two = memory_plan.plan(config(data, "qwen2.5-7b", vllm_sleep_level=2), 8, 80.0)
-    assert 26 < one.host["per_rank"] < 28 and one.host["node"] == pytest.approx(8 * one.host["per_rank"])
-    assert two.host["per_rank"] == 0 and two.host["node"] == two.host["startup"] == pytest.approx(28.4, abs=0.1)
+    backup = {name: by_phase for name, by_phase, _ in one.host["rows"]}["vLLM pinned backup"]
+    assert 26 < one.host["backup"] < 28 and backup["steady"] == pytest.approx(8 * one.host["backup"])
+    assert one.host["backup"] == one.host_gib and two.host["backup"] == 0
+    assert two.host["startup"] == two.host["export"] == pytest.approx(28.4, abs=0.1)
+    assert two.host["export"] == pytest.approx(two.disk["export"])     # the export is fp32 in RAM as on disk
     assert "no backup at sleep level 2" in memory_plan.format_plan(two) and "pinned backup" in memory_plan.format_plan(one)
+
+
+def test_host_ram_per_node_counts_the_processes_not_just_the_load(data):
+    """The node figure was rank 0's fp32 load alone (28.4 GiB at the 7B, level 2). Eight processes with
+    their libraries and vLLM stay resident beside it, and an export gathers another fp32 copy on top of
+    the steady state: at least 8 x the per-rank baseline + the export copy, ~60-110 GiB (issue 39)."""
+    p = memory_plan.plan(config(data, "qwen2.5-7b"), 8, 80.0)
+    hs = p.host
+    floor = 8 * (memory_plan.PROCESS_HOST_GIB + memory_plan.VLLM_HOST_GIB) + hs["export"]
+    assert hs["node"] >= floor and 60 < hs["node"] < 110, memory_plan.format_plan(p)
+    assert hs["per_rank"] * 8 == pytest.approx(hs["phases"]["steady"])
+    assert hs["phases"]["export"] == pytest.approx(hs["phases"]["steady"] + hs["export"])
+
+
+def test_host_ram_peak_is_the_largest_phase_not_the_sum(data):
+    """The fp32 load lives at start-up only and the export's copy at an export only: the peak is the
+    largest phase. Summing every row would count rank 0's copy twice (the 7B: +28.4 GiB)."""
+    hs = memory_plan.plan(config(data, "qwen2.5-7b"), 8, 80.0).host
+    every_row = sum(sum(by_phase.values()) for _, by_phase, _ in hs["rows"])
+    assert hs["node"] == max(hs["phases"].values()) == hs["phases"][hs["peak_phase"]]
+    assert hs["node"] < every_row - hs["startup"]
+    loads = {name: by_phase for name, by_phase, _ in hs["rows"]}
+    assert loads["rank 0's fp32 load"]["export"] == loads["rank 0's export gather"]["startup"] == 0
+
+
+def test_host_ram_node_sizes(data, monkeypatch):
+    """Level 1's ~300 GiB a node swaps on 128 and 256 GiB nodes and fits on 512; level 2 fits on 128.
+    A size fits when the peak leaves OS_RESERVE of it free (a node 5% over the peak swaps), and the
+    report names every size."""
+    one = memory_plan.plan(config(data, "qwen2.5-7b", vllm_sleep_level=1), 8, 80.0)
+    two = memory_plan.plan(config(data, "qwen2.5-7b"), 8, 80.0)
+    assert one.host["fits"] == {128: False, 256: False, 512: True, 1024: True}
+    assert two.host["fits"][128] and list(two.host["fits"]) == list(memory_plan.NODE_RAM_GIB)
+    for p in (one, two):
+        assert all(ok == (p.host["node"] <= 0.9 * size) for size, ok in p.host["fits"].items())
+    line = next(line for line in memory_plan.format_plan(one).splitlines() if line.startswith("host RAM:"))
+    assert "128 GiB swaps, 256 GiB swaps, 512 GiB fits, 1024 GiB fits" in line and f"{one.host['node']:.1f} GiB" in line
+    tight, roomy = round(two.host["node"] / 0.95), round(two.host["node"] / 0.85)
+    monkeypatch.setattr(memory_plan, "NODE_RAM_GIB", (tight, roomy))
+    assert memory_plan.plan(config(data, "qwen2.5-7b"), 8, 80.0).host["fits"] == {tight: False, roomy: True}
+
+
+def test_host_ram_per_node_with_more_ranks(data):
+    """16 ranks are 2 nodes of 8: rank 0's node still has 8 processes and the whole fp32 copy, while
+    each rank samples half the rows (the rollouts' row halves)."""
+    p8, p16 = (memory_plan.plan(config(data, "qwen2.5-7b"), w, 80.0).host for w in (8, 16))
+    assert p16["ranks_per_node"] == 8 and p16["export"] == p8["export"]
+    rollouts = [{n: b for n, b, _ in h["rows"]}["rollouts"]["steady"] for h in (p8, p16)]
+    assert rollouts[1] == pytest.approx(rollouts[0] / 2)
+    assert p16["node"] == pytest.approx(p8["node"] - rollouts[1])
+
+
+EXPORT_CHILD = textwrap.dedent("""
+    import json, struct, sys, torch
+    from pathlib import Path
+    from types import SimpleNamespace
+    sys.path.insert(0, {root!r})
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+    from fgrpo_utils import distributed, policy, run_folder
+    distributed.init_dist("cpu")
+    model = policy.tiny_qwen(100)
+    model.config.save_pretrained({src!r})
+    for layer in model.model.layers:          # CUDA's policy (policy.shard): bf16 compute, fp32 master weights
+        fully_shard(layer, mp_policy=MixedPrecisionPolicy(param_dtype=torch.bfloat16))
+    fully_shard(model, mp_policy=MixedPrecisionPolicy(param_dtype=torch.bfloat16))
+    run_folder.export(model, None, Path({out!r}), ["final"], SimpleNamespace(model={src!r}), dict(step=0))
+    f = open(Path({out!r}) / "final" / "model.safetensors", "rb")
+    header = json.loads(f.read(struct.unpack("<Q", f.read(8))[0]))
+    header.pop("__metadata__", None)
+    print(json.dumps(dict(dtypes=sorted({{v["dtype"] for v in header.values()}}),
+                          bytes=sum(v["data_offsets"][1] - v["data_offsets"][0] for v in header.values()),
+                          params=sum(p.numel() for p in model.parameters()))))
+""")
+
+
+def test_export_gathers_fp32(tmp_path):
+    """The plan counts an export as 4 bytes a parameter on rank 0's host: run_folder.export of an FSDP2
+    model with CUDA's bf16 compute policy writes fp32 (the master weights), every parameter once."""
+    (tmp_path / "src").mkdir()
+    code = EXPORT_CHILD.format(root=str(ROOT), src=str(tmp_path / "src"), out=str(tmp_path / "out"))
+    out = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True, timeout=300,
+                         env={k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE")})
+    assert out.returncode == 0, out.stderr[-2000:]
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["dtypes"] == ["F32"] and got["bytes"] == 4 * got["params"]
 
 
 def test_kv_capacity_against_the_steps_worst_case(data):
