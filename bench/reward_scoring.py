@@ -5,6 +5,11 @@ workload of one evaluation: 1,024 completions for each of 100 MATH500 problems.
 
     python bench/reward_scoring.py                          # ~1-2 min on 2 cores
     python bench/reward_scoring.py --naive_samples 0        # time naive on all 102,400 (slow)
+    python bench/reward_scoring.py --train_steps 5          # one rank's share of a training step, 5 steps
+
+--train_steps S times what train.py's reward phase does on one rank of 8 at the paper's batch: 256 prompts
+x 8 rollouts / 8 ranks = 256 completions a step, each --train_chars long (~8k tokens), every step new
+problems, the pool warm (it lives across steps), for 0, 1 and --workers worker processes.
 
 Completions are synthesised from MATH500's reference solutions: the solution text with its final
 box replaced by an answer drawn from a skewed distribution per problem, as sampled models repeat
@@ -33,6 +38,8 @@ class Config:
     workers: int = 2               # math-verify worker processes (reward.py's pool)
     prompts_per_call: int = 8      # completions are scored in batches as evaluate.py does
     seed: int = 0                  # the synthetic completions' draws
+    train_steps: int = 0           # > 0: time one rank's reward phase of this many training steps instead
+    train_chars: int = 24000       # characters of a training completion (~8k tokens at ~3 chars a token)
 
     def __post_init__(self):
         check_min(self, 1, "problems", "samples", "prompts_per_call")
@@ -75,8 +82,30 @@ def naive(completion, gold):
     return verify(parse("\\boxed{" + gold + "}"), parse(completion))
 
 
+def train_step_times(cfg, rng):
+    """Seconds of Scorer.score for one rank's 256 completions a step (32 prompts x 8), per worker count."""
+    rows = reward.load_jsonl(data_dir() / "eval" / "math500.jsonl")
+    for workers in sorted({0, 1, cfg.workers}):
+        times = []
+        with reward.Scorer(workers=workers) as scorer:
+            scorer.score(["\\boxed{1}"], ["1"])                     # the pool starts once per run, not per step
+            for step in range(cfg.train_steps):
+                picked = rng.sample(rows, 32)
+                comps = [(c * (cfg.train_chars // max(len(c), 1) + 1))[-cfg.train_chars:]
+                         for r in picked for c in synthesise(r, 8, rng)]
+                golds = [r["answer"] for r in picked for _ in range(8)]
+                t = time.perf_counter()
+                scorer.score(comps, golds)
+                times.append(time.perf_counter() - t)
+        times.sort()
+        print(f"train step, {workers} workers: {times[len(times) // 2]:.2f} s median for 256 completions of "
+              f"{cfg.train_chars:,} chars (min {times[0]:.2f}, max {times[-1]:.2f}, {len(times)} steps)")
+
+
 def main(cfg):
     rng = random.Random(cfg.seed)
+    if cfg.train_steps:
+        return train_step_times(cfg, rng)
     rows = reward.load_jsonl(data_dir() / "eval" / "math500.jsonl")[: cfg.problems]
     comps = [synthesise(r, cfg.samples, rng) for r in rows]
     flat = [(c, r["answer"]) for r, cs in zip(rows, comps) for c in cs]
