@@ -92,8 +92,9 @@ class Config:
     prompts_per_step: int = 256       # global, whatever the world size
     mini_batch_prompts: int = 64      # prompts per optimizer step: 256/64 = 4 updates per RL step
     micro_batch_size: int = 8         # at most this many sequences per forward pass (memory only: the math ignores it)
-    micro_batch_tokens: int = 16384   # and at most this many padded tokens (0 = no cap); a longer row goes alone
-    share_prompts: bool = False       # forward each group's prompt once (logprob.pack); maze: ~5x faster
+    micro_batch_tokens: int = 16384   # and at most this many tokens, padding included (0 = no cap); longer go alone
+    padding_free: bool = True         # the update packs a micro-batch in one row without padding (logprob.pack)
+    share_prompts: bool = False       # forward each group's prompt once (logprob.pack; over padding_free); maze: ~5x
     steps: int = 1530                 # ~10 epochs of 39,202 prompts
     lr: float = 1e-6                  # AdamW's peak learning rate
     warmup_steps: int = 15            # 0 = none
@@ -166,6 +167,7 @@ def main(cfg):
     preflight.check_environment(cfg, entry)          # packages, the device, engine flags: one line, exit 2
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
+    policy.fetch_weights({"--model": cfg.model, "--tokenizer": cfg.tokenizer})   # before any rank waits on one
     rank, world, device = init_dist(cfg.device)
     if device.type == "cuda" and cfg.model != "tiny":   # the same plan, with this run's world and device
         memory_plan.check_fits(cfg, world, device, entry)
@@ -251,31 +253,34 @@ def rl_step(cfg, step, task, model, ref_model, engine, opt, *, pad, device, rank
                         "a task's score or a weighting gave NaN or inf")
     watch.lap("reward")
 
-    # 4) live groups balanced over ranks by tokens; old log-probs by the trainer unless exactly on-policy
+    # 4) live groups balanced over ranks by tokens; pi_old's log-probs of mini-batches 1.. by the trainer
     mbs, back, busiest = balance_ranks(cfg, prompts, completions, A.flatten(), live_rows(cfg, A.flatten()),
                                        num_minibatches, rank, world)
     watch.lap("balance")
     model.eval()                          # inference only; the update below runs in training mode
-    if not on_policy:
-        P, C = [p for mb in mbs for p in mb[0]], [c for mb in mbs for c in mb[1]]
-        old_logp = old_log_probs(model, P, C, cfg, pad, device, keep=live_rows(cfg, torch.cat([mb[2] for mb in mbs])))
+    if not on_policy:                     # mini-batch 0's pi_old is its own first forward: no step precedes it
+        P, C = [p for mb in mbs[1:] for p in mb[0]], [c for mb in mbs[1:] for c in mb[1]]
+        old_logp = old_log_probs(model, P, C, cfg, pad, device,
+                                 keep=live_rows(cfg, torch.cat([mb[2] for mb in mbs[1:]])))
     watch.lap("old_logp")
 
     # 5) one optimizer step per mini-batch of whole groups
     lr = cfg.lr * min(1.0, (step + 1) / cfg.warmup_steps) if cfg.warmup_steps else cfg.lr
-    update_stats, grad_norms, first_logp, at = {}, [], [], 0
+    update_stats, grad_norms, pi_old, at = {}, [], [], 0
     model.train()                         # activation checkpointing acts only in training mode
-    for P, C, adv, _ in mbs:
-        stats, logp = update_minibatch(model, ref_model, P, C, adv, None if on_policy else old_logp[at:at + len(C)],
-                                       on_policy=on_policy, cfg=cfg, pad_id=pad, device=device, world=world,
+    for k, (P, C, adv, _) in enumerate(mbs):
+        first = on_policy or k == 0       # this forward IS pi_old (deviation 5): the ratio is exactly 1
+        stats, logp = update_minibatch(model, ref_model, P, C, adv, None if first else old_logp[at:at + len(C)],
+                                       on_policy=first, cfg=cfg, pad_id=pad, device=device, world=world,
                                        max_len=task.max_new_tokens)
         grad_norms.append(clip_and_step(model, opt, cfg, lr))
-        first_logp, at = first_logp + logp, at + len(C)
+        pi_old += logp if first else old_logp[at:at + len(C)]
+        at += 0 if first else len(C)
         for key, v in stats.items():
             update_stats[key] = (max(update_stats.get(key, 0.0), v) if key == "ratio/max"
                                  else update_stats.get(key, 0.0) + v / num_minibatches)
     model.eval()
-    old_logp = back(first_logp if on_policy else old_logp)   # the first forward IS pi_old (deviation 5)
+    old_logp = back(pi_old)
     if world > 1:
         update_stats["balance/busiest_before"], update_stats["balance/busiest"] = busiest
     watch.lap("train")
@@ -323,7 +328,7 @@ def update_minibatch(model, ref_model, prompts, completions, A, old_logp, *, on_
     forward IS pi_old (the README's deviation 5) and the ratio is exactly 1. max_len: the response budget, for
     --loss_agg seq-mean-token-sum-norm (default --max_response_len). ref_model: for --kl_coef > 0.
     The forward passes are micro_batches(cfg, ...) of the sequences live_rows(cfg, A) keeps, each
-    packed (logprob.pack) and scored by logprob.policy_logp with entropy. Groups without signal
+    laid out by micro_batch(...) and scored by logprob.policy_logp with entropy. Groups without signal
     (A = 0 for all N) add exactly 0 to the loss and its gradient, so with skip_dead(cfg) they are
     not forwarded at all, but they still count.
     The loss (policy_loss, Eqs. 14-16; minus entropy_coef times the aggregated entropy, GRPO-H; plus
@@ -332,7 +337,7 @@ def update_minibatch(model, ref_model, prompts, completions, A, old_logp, *, on_
     advantage.aggregate's num_tokens and num_seqs. So the accumulated gradient is that of the exact
     mini-batch loss (the paper's token-mean, App. B / L.2), however the micro-batches are cut. FSDP
     averages gradients over ranks: multiplying each loss by world undoes that, leaving the global sum.
-    Every rank must run as many passes: an empty micro-batch ([]) runs row 0 with weight 0.
+    Every rank must run as many passes: an empty micro-batch ([]) is an idle pass, a two-token row of weight 0.
     Returns (metrics, first_logp). metrics, over all ranks: policy_loss's diagnostics and "entropy"
     (the token mean of H) as means over the live tokens (each micro-batch's value, computed with the
     global token count, times all tokens / live tokens, summed); "loss/pg" the sum of the
@@ -351,13 +356,11 @@ def update_minibatch(model, ref_model, prompts, completions, A, old_logp, *, on_
     sums, first_logp = {}, [None] * len(completions)
     for mb in micro_batches(cfg, prompts, completions, keep):
         live = bool(mb)                     # an empty one only joins the collectives: weight 0
-        mb = mb or [0]
-        batch = pack([prompts[i] for i in mb], [completions[i] for i in mb], pad_id, device,
-                     share_prompts=cfg.share_prompts)
+        batch = micro_batch(cfg, prompts, completions, mb, pad_id, device)
         mask = batch["completion_mask"]                                              # (b, Tc)
         logp, H_tok = policy_logp(model, batch, cfg.temperature, entropy=True)       # (b, Tc) each
         old = logp.detach() if on_policy or not live else padded([old_logp[i] for i in mb], logp)  # (b, Tc)
-        loss, diag = policy_loss(logp, old, A[mb].to(device), mask, cfg.loss, cfg.eps_low, cfg.eps_high,
+        loss, diag = policy_loss(logp, old, (A[mb] if live else A.new_zeros(1)).to(device), mask, cfg.loss, cfg.eps_low, cfg.eps_high,
                                  cfg.dual_clip, **agg)                               # Eqs. 14-16
         diag = {k: v if k == "ratio/max" else v * diag_scale for k, v in diag.items()}
         diag["entropy"] = token_mean(H_tok.detach(), mask, n_tok) * diag_scale
@@ -399,20 +402,27 @@ def old_log_probs(model, prompts, completions, cfg, pad_id, device, keep=None):
     """pi_old's log-probs of each completion (1-D CPU tensors) in the update's micro-batches; None outside `keep`."""
     out = [None] * len(completions)
     for mb in micro_batches(cfg, prompts, completions, keep):
-        batch = pack([prompts[i] for i in mb or [0]], [completions[i] for i in mb or [0]], pad_id, device,
-                     share_prompts=cfg.share_prompts)
-        logp, _ = policy_logp(model, batch, cfg.temperature)
+        logp, _ = policy_logp(model, micro_batch(cfg, prompts, completions, mb, pad_id, device), cfg.temperature)
         for i, lp in zip(mb, logp.cpu()):
             out[i] = lp[:len(completions[i])]
     return out
 
+def micro_batch(cfg, prompts, completions, mb, pad_id, device):
+    """pack() of the sequences `mb` in the update's layout; an empty one (an idle pass, there only for FSDP's
+    collectives) is a two-token row: never a real row's forward and backward, up to 9,216 tokens."""
+    if not mb:
+        return pack([[pad_id]], [[pad_id]], pad_id, device)
+    return pack([prompts[i] for i in mb], [completions[i] for i in mb], pad_id, device,
+                share_prompts=cfg.share_prompts, padding_free=cfg.padding_free)
+
 def micro_batches(cfg, prompts, completions, keep=None):
     """The forward passes of one mini-batch on this rank: lists of sequence indices (of `keep`, when
-    given), longest first. A block (one packed row: a sequence, or with --share_prompts a group) is never
-    split; a micro-batch takes blocks up to --micro_batch_size sequences and --micro_batch_tokens padded
-    tokens (rows x the longest); a block over a cap goes alone. Sorting cuts padding (the maze's 32 groups
-    of 8 in micro-batches of 64: 23% in input order, 9% sorted). FSDP runs collectives in every pass, so
-    every rank must make as many: one with fewer gets empty ones ([]), run on one row with weight 0."""
+    given), longest first. A block (a sequence, or with --share_prompts a group: one row) is never split;
+    a micro-batch takes blocks up to --micro_batch_size sequences and --micro_batch_tokens tokens (rows x
+    the longest, padding included; --padding_free: their sum); a block over a cap goes alone. Sorting cuts
+    padding (the maze's 32 groups of 8 in micro-batches of 64: 23% in input order, 9% sorted). FSDP runs
+    collectives in every pass, so every rank must make as many: one with fewer gets empty ones ([]), idle
+    passes (micro_batch)."""
     group = cfg.group_size if cfg.share_prompts else 1
     blocks = [list(range(s, min(s + group, len(completions)))) for s in range(0, len(completions), group)]
     if keep is not None:
@@ -425,15 +435,16 @@ def micro_batches(cfg, prompts, completions, keep=None):
         return len(prompts[block[0]]), len(completions[block[0]])
 
     blocks.sort(key=lambda b: -sum(shape(b)))
-    out, cur, rows, lp, lc = [], [], 0, 0, 0      # the micro-batch being filled: its sequences, rows, widths
+    flat = cfg.padding_free and not cfg.share_prompts
+    out, cur, rows, lp, lc, n = [], [], 0, 0, 0, 0    # the micro-batch being filled: sequences, rows, widths, tokens
     for b in blocks:
         p, c = shape(b)
         too_many = len(cur) + len(b) > cfg.micro_batch_size
-        too_long = cfg.micro_batch_tokens and (rows + 1) * (max(lp, p) + max(lc, c)) > cfg.micro_batch_tokens
-        if cur and (too_many or too_long):
+        tokens = n + p + c if flat else (rows + 1) * (max(lp, p) + max(lc, c))
+        if cur and (too_many or cfg.micro_batch_tokens and tokens > cfg.micro_batch_tokens):
             out.append(cur)
-            cur, rows, lp, lc = [], 0, 0, 0
-        cur, rows, lp, lc = cur + b, rows + 1, max(lp, p), max(lc, c)
+            cur, rows, lp, lc, n = [], 0, 0, 0, 0
+        cur, rows, lp, lc, n = cur + b, rows + 1, max(lp, p), max(lc, c), n + p + c
     if cur or not out:
         out.append(cur)                    # [] when every group is skipped: one empty pass
     return out + [[]] * (int(all_max(len(out))) - len(out))

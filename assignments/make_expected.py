@@ -394,7 +394,7 @@ def update(g):
     A = torch.randn(4 * N, generator=g, dtype=F64)
     A[N:2 * N] = 0.0                                          # a group without signal: skipped, still counted
     old = [-torch.rand(len(c), generator=g, dtype=F64) * 2 for c in completions]
-    base = dict(group_size=N, share_prompts=False, micro_batch_size=4, micro_batch_tokens=0, skip_dead_groups=True,
+    base = dict(group_size=N, share_prompts=False, padding_free=True, micro_batch_size=4, micro_batch_tokens=0, skip_dead_groups=True,
                 kl_coef=0.0, entropy_coef=0.0, loss="grpo", eps_low=None, eps_high=None, dual_clip=3.0,
                 temperature=1.0, loss_agg="token-mean", max_response_len=8)
     assert set(base) <= {f.name for f in dataclasses.fields(train.Config)}
@@ -427,8 +427,8 @@ def update(g):
     out.append(check("update", "train.update_minibatch", [model, None, prompts, completions, A, old],
                      {"on_policy": False, "cfg": {"namespace": {**base, "micro_batch_size": 2}}, "pad_id": 0,
                       "device": "cpu", "world": 2}, "2 ranks, one with an empty pass", atol=1e-9, rtol=1e-9,
-                     ranks=2, shares=[list(range(0, N)) + list(range(2 * N, 3 * N)),     # its empty pass runs row 0,
-                                      list(range(3 * N, 4 * N)) + list(range(N, 2 * N))],  # a live one: weight 0
+                     ranks=2, shares=[list(range(0, N)) + list(range(2 * N, 3 * N)),     # its empty pass: an idle
+                                      list(range(3 * N, 4 * N)) + list(range(N, 2 * N))],  # two-token row, weight 0
                      per_sequence=[2, 3, 4, 5], **deps))
     return out
 

@@ -15,12 +15,19 @@ Log-probs, one name per idea, here and in train.py, rollout.py, evaluate.py and 
 import torch
 import torch.nn.functional as F
 
-def pack(prompts, completions, pad_token_id, device="cpu", share_prompts=False):
-    """Lay out prompt + completion pairs for one forward pass. Two layouts:
+ATTENTION = "fgrpo_sdpa"     # policy.attention's name among transformers' attention functions
+
+def pack(prompts, completions, pad_token_id, device="cpu", share_prompts=False, padding_free=False):
+    """Lay out prompt + completion pairs for one forward pass. Three layouts:
+    padding_free=True: ONE row holding every sequence end to end, no padding (verl's remove-padding,
+        TRL's padding-free), [p1 p1 c1 c1 c1 | p2 c2 | ...]; positions restart at 0 with each sequence and
+        batch["segments"] (its boundaries) lets policy.attention run each one causally on its own.
     share_prompts=False: one row per sequence, every completion starting in the same column,
         [pad pad p p p | c c c pad]   prompts left-padded to Lp, completions right-padded to Tc.
         The logits that predict the completions are then one slice, columns Lp-1 .. Lp+Tc-2, so
-        the vocabulary projection runs only there (logits_to_keep), never on prompt tokens.
+        the vocabulary projection runs only there (logits_to_keep), never on prompt tokens. A padding
+        query attends to itself (a 4-D mask), so no query row is empty whatever kernel runs: an empty
+        one is NaN in some SDPA kernels, and that NaN would reach the gradient of every weight.
     share_prompts=True: consecutive sequences with the same prompt (a GRPO group) share ONE row,
         [p p p | c1 c1 | c2 c2 c2 | ... pad]   each completion continues the prompt's positions and
         attends to the prompt and to itself only (a 4-D mask): ~6x fewer tokens on the maze (long
@@ -32,14 +39,27 @@ def pack(prompts, completions, pad_token_id, device="cpu", share_prompts=False):
         targets[i, :len(c)] = torch.tensor(c, dtype=torch.long)
     cmask = torch.arange(Tc)[None, :] < torch.tensor([len(c) for c in completions])[:, None]
     batch = {"targets": targets, "completion_mask": cmask}
+    if padding_free and not share_prompts:
+        ids, pos, ends, src = [], [], [0], torch.zeros(S, Tc, dtype=torch.long)
+        for i, (p, c) in enumerate(zip(prompts, completions)):
+            src[i, :len(c)] = len(ids) + len(p) - 1 + torch.arange(len(c))   # c[t] from the column before it
+            ids += list(p) + list(c)
+            pos += range(len(p) + len(c))
+            ends.append(len(ids))
+        batch.update(input_ids=torch.tensor([ids]), position_ids=torch.tensor([pos]),
+                     row=torch.zeros(S, dtype=torch.long), src=src)
+        return {**{k: v.to(device) for k, v in batch.items()}, "segments": tuple(ends)}
     if not share_prompts:
         Lp = max(len(p) for p in prompts)
         ids = torch.full((S, Lp + Tc), pad_token_id, dtype=torch.long)
-        attn = torch.zeros(S, Lp + Tc, dtype=torch.long)
+        attn = torch.zeros(S, Lp + Tc, dtype=torch.bool)
         for i, (p, c) in enumerate(zip(prompts, completions)):
             ids[i, Lp - len(p):Lp + len(c)] = torch.tensor(list(p) + list(c))
-            attn[i, Lp - len(p):Lp + len(c)] = 1
-        batch.update(input_ids=ids, attention_mask=attn, position_ids=(attn.cumsum(-1) - 1).clamp(min=0))
+            attn[i, Lp - len(p):Lp + len(c)] = True
+        L = Lp + Tc
+        mask = torch.ones(L, L, dtype=torch.bool).tril() & attn[:, None, :] | torch.eye(L, dtype=torch.bool)
+        batch.update(input_ids=ids, attention_mask=mask[:, None],
+                     position_ids=(attn.long().cumsum(-1) - 1).clamp(min=0))
     else:
         rows = []                            # per row: prompt, ids, positions, segments (0 = prompt)
         row_of, src = torch.zeros(S, dtype=torch.long), torch.zeros(S, Tc, dtype=torch.long)
@@ -74,14 +94,24 @@ def completion_logits(model, batch, temperature=1.0):
     """Logits / T at the positions that predict each completion token. batch from pack(). (S, Tc, V)
     The small-scale reference: the whole (S, Tc, V) float tensor is 37-148 GiB at the paper's scale
     (V = 152,064, 8 x 8k tokens). T must be the sampling temperature (a bug TRL users hit at T != 1)."""
-    Tc = batch["targets"].shape[1]
-    kw = dict(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-              position_ids=batch["position_ids"], use_cache=False)
-    if "src" in batch:                                    # shared prompts: gather each sequence's columns
+    Tc, kw = batch["targets"].shape[1], model_inputs(model, batch)
+    if "src" in batch:                            # shared prompts or one row: gather each sequence's columns
         logits = model(**kw).logits[batch["row"][:, None], batch["src"]]
     else:
         logits = model(**kw, logits_to_keep=Tc + 1).logits[:, :-1]
     return logits.to(torch.promote_types(logits.dtype, torch.float32)) / temperature   # fp32 (fp64 stays)
+
+def model_inputs(model, batch):
+    """The keyword arguments of a transformers model (or its decoder) for a batch from pack()."""
+    kw = dict(input_ids=batch["input_ids"], position_ids=batch["position_ids"], use_cache=False)
+    if "segments" not in batch:
+        return kw | dict(attention_mask=batch["attention_mask"])
+    # One row of whole sequences. policy.attention runs each alone without a mask: a decoder that takes a
+    # mapping of masks (Qwen2, Qwen3) is given None for each. Any other case gets None, from which transformers
+    # builds a block-diagonal mask out of the restarting positions: right for every attention, (L, L) in size.
+    types = getattr(model.config, "layer_types", None)
+    ours = types and getattr(model.config, "_attn_implementation", None) == ATTENTION
+    return kw | dict(attention_mask=dict.fromkeys(types) if ours else None, segments=batch["segments"])
 
 def token_logp(logits, batch):
     """logp of each completion token: logits (S, Tc, V) at the positions that predict the tokens
@@ -194,9 +224,8 @@ POLICY_FORWARD = "fgrpo_policy_forward"     # the method register_policy_forward
 def _policy_forward(model, batch, temperature, entropy, chunk_bytes):
     """policy_logp's body; under FSDP2 a registered forward of the root, which unshards its own parameters."""
     Tc, mask = batch["targets"].shape[1], batch["completion_mask"]
-    hidden = model.get_decoder()(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                                 position_ids=batch["position_ids"], use_cache=False).last_hidden_state
-    if "src" in batch:                                  # shared prompts: each sequence's columns
+    hidden = model.get_decoder()(**model_inputs(model, batch)).last_hidden_state
+    if "src" in batch:                                  # shared prompts or one row: each sequence's columns
         hidden = hidden[batch["row"][:, None], batch["src"]]                       # (S, Tc, d)
     else:                                               # columns Lp-1 .. Lp+Tc-2, as completion_logits
         hidden = hidden[:, -(Tc + 1):-1]                                           # (S, Tc, d)

@@ -4,6 +4,9 @@ sharding, and build(), which also makes the engine's copy, the reference and the
 here imports a script: train.py passes the engine factory and the task's policy in.
 """
 import contextlib
+import os
+import sys
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
@@ -15,18 +18,22 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 from fgrpo_utils.distributed import print0
-from fgrpo_utils.logprob import register_policy_forward
+from fgrpo_utils.logprob import ATTENTION, register_policy_forward
 from fgrpo_utils.memory_plan import engine_kind, grad_checkpointing_on
 
 # -----------------------------------------------------------------------------
 # Attention, for the trainer and TorchEngine, registered with transformers as ATTENTION
 
-ATTENTION = "fgrpo_sdpa"
-
-def attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None, decode=None, **kwargs):
+def attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None, decode=None, segments=None,
+              **kwargs):
     """A transformers attention function (query (B, H, Tq, D), key/value (B, KV, Tk, D) -> (B, Tq, H, D)):
     transformers' SDPA, but on the CPU the KV heads are read in place (enable_gqa), not copied H / KV
-    times (repeat_kv: a quarter of a maze rollout). With `decode` (TorchEngine's GroupKV) the cache is ours."""
+    times (repeat_kv: a quarter of a maze rollout). With `decode` (TorchEngine's GroupKV) the cache is ours.
+    With `segments` (logprob.pack's padding-free row: sequence boundaries 0 = e_0 < e_1 < ... along Tq)
+    each sequence attends causally to itself alone, without a mask: CUDA's flash kernel where it applies."""
+    if segments is not None:
+        return torch.cat([attention(module, query[:, :, s:e], key[:, :, s:e], value[:, :, s:e], None, dropout,
+                                    scaling, **kwargs)[0] for s, e in zip(segments, segments[1:])], dim=1), None
     if decode is not None and decode.t >= 0:
         return decode.attend(module.layer_idx, query, key, value, scaling), None
     if decode is not None:                  # the prefill: keep the prompts' keys and values
@@ -47,6 +54,29 @@ def use_attention(model):
 
 # -----------------------------------------------------------------------------
 # The policy: load, shard with FSDP2, build
+
+WEIGHT_FILES = ["*.json", "*.safetensors", "*.model", "*.txt", "*.tiktoken"]   # config, weights, tokenizer
+
+def fetch_weights(flags):
+    """Hub ids (ORG/NAME) into the local Hugging Face cache before the process group starts, so that no rank
+    waits inside vLLM's set-up or a collective's timeout while rank 0 alone downloads 15 GB. Every rank
+    calls it; huggingface_hub locks each file, so one process per node downloads it and the others wait
+    for that. flags: {"--model": name, ...}; local folders, "tiny" and "" are left as they are. A fetch
+    that fails (offline, no such repository) is one line naming the flag, exit 2."""
+    for flag, name in flags.items():
+        if not name or name == "tiny" or Path(name).expanduser().exists():
+            continue
+        from huggingface_hub import snapshot_download
+        if os.environ.get("LOCAL_RANK", "0") == "0":
+            print(f"fetching {name} from the Hugging Face hub before the ranks start; the other ranks of this "
+                  "node wait for it", flush=True)
+        try:
+            snapshot_download(name, allow_patterns=WEIGHT_FILES)
+        except Exception as e:          # the hub's errors have no common base: offline, 404, HTTP, disk
+            first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+            print(f"error: {flag} {name}: cannot fetch it from the Hugging Face hub ({type(e).__name__}: {first})",
+                  file=sys.stderr, flush=True)
+            sys.exit(2)
 
 def load_model(cfg, tokenizer, dtype=torch.float32, meta=False, own=None):
     """The policy as a transformers model with `attention`; meta=True: on the meta device, from its config

@@ -48,7 +48,7 @@ TRAIN_OUTPUTS = ("run.json", "metrics.jsonl", "ckpt", "final", "wandb", "epoch_[
 # difference from the checkpoint's config (gamma, lr, loss, model, data, seed, batch, ...) is refused.
 RESUME_MAY_CHANGE = ("steps", "save_every", "eval_every", "eval_mazes", "eval_samples", "sample_every",
                      "wandb", "out_dir", "resume", "threads", "device", "engine", "micro_batch_size",
-                     "micro_batch_tokens", "share_prompts", "grad_checkpointing", "export_every",
+                     "micro_batch_tokens", "padding_free", "share_prompts", "grad_checkpointing", "export_every",
                      "keep_checkpoints", "kv_cache_gb", "gpu_memory_utilization", "plan", "nproc",
                      "gpu_memory_gb", "skip_dead_groups")
 

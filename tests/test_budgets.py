@@ -53,6 +53,9 @@ def test_the_line_budgets_hold():
             for n in ast.walk(ast.parse(text)) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
             and body_lines(n) > FUNCTION]
     assert not long, f"function bodies over {FUNCTION} lines (docstrings aside): {long}"
+    stated = re.search(r"([\d,]+) lines of Python in all", (ROOT / "README.md").read_text())
+    assert stated and abs(int(stated[1].replace(",", "")) - sum(lines.values())) <= 100, \
+        f"README's file map states {stated and stated[1]} lines; the program is {sum(lines.values())}"
 
 
 def test_support_modules_import_no_script():
