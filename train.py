@@ -337,7 +337,8 @@ def update_minibatch(model, ref_model, prompts, completions, A, old_logp, *, on_
     advantage.aggregate's num_tokens and num_seqs. So the accumulated gradient is that of the exact
     mini-batch loss (the paper's token-mean, App. B / L.2), however the micro-batches are cut. FSDP
     averages gradients over ranks: multiplying each loss by world undoes that, leaving the global sum.
-    Every rank must run as many passes: an empty micro-batch ([]) is an idle pass, a two-token row of weight 0.
+    Every rank must run as many passes: an empty micro-batch ([]) is an idle pass, two tokens of sequence 0
+    (micro_batch) with weight 0.
     Returns (metrics, first_logp). metrics, over all ranks: policy_loss's diagnostics and "entropy"
     (the token mean of H) as means over the live tokens (each micro-batch's value, computed with the
     global token count, times all tokens / live tokens, summed); "loss/pg" the sum of the
@@ -357,10 +358,11 @@ def update_minibatch(model, ref_model, prompts, completions, A, old_logp, *, on_
     for mb in micro_batches(cfg, prompts, completions, keep):
         live = bool(mb)                     # an empty one only joins the collectives: weight 0
         batch = micro_batch(cfg, prompts, completions, mb, pad_id, device)
+        mb = mb or [0]
         mask = batch["completion_mask"]                                              # (b, Tc)
         logp, H_tok = policy_logp(model, batch, cfg.temperature, entropy=True)       # (b, Tc) each
         old = logp.detach() if on_policy or not live else padded([old_logp[i] for i in mb], logp)  # (b, Tc)
-        loss, diag = policy_loss(logp, old, (A[mb] if live else A.new_zeros(1)).to(device), mask, cfg.loss, cfg.eps_low, cfg.eps_high,
+        loss, diag = policy_loss(logp, old, A[mb].to(device), mask, cfg.loss, cfg.eps_low, cfg.eps_high,
                                  cfg.dual_clip, **agg)                               # Eqs. 14-16
         diag = {k: v if k == "ratio/max" else v * diag_scale for k, v in diag.items()}
         diag["entropy"] = token_mean(H_tok.detach(), mask, n_tok) * diag_scale
@@ -410,8 +412,8 @@ def old_log_probs(model, prompts, completions, cfg, pad_id, device, keep=None):
 def micro_batch(cfg, prompts, completions, mb, pad_id, device):
     """pack() of the sequences `mb` in the update's layout; an empty one (an idle pass, there only for FSDP's
     collectives) is a two-token row: never a real row's forward and backward, up to 9,216 tokens."""
-    if not mb:
-        return pack([[pad_id]], [[pad_id]], pad_id, device)
+    if not mb:                        # sequence 0's last prompt token and first completion token
+        return pack([prompts[0][-1:] or [pad_id]], [completions[0][:1] or [pad_id]], pad_id, device)
     return pack([prompts[i] for i in mb], [completions[i] for i in mb], pad_id, device,
                 share_prompts=cfg.share_prompts, padding_free=cfg.padding_free)
 

@@ -4,8 +4,8 @@ mini-batch of whole groups goes through train.update_minibatch twice per repeat,
 --padding_free false (a row per sequence: prompts left-padded, completions right-padded, a 4-D mask)
 and true (each micro-batch one row end to end, each sequence attending to itself only).
 
-    python bench/padding_free.py                     # ~1-2 min on 2 cores
-    python bench/padding_free.py --repeats 5 --threads 1
+    python bench/padding_free.py --threads 1         # ~5 min on one core
+    python bench/padding_free.py --repeats 1         # ~2-3 min
 
 The length mix is a math step's, scaled to a CPU: the prompts are DeepScaleR's own (tokenized with
 Qwen2.5's chat template, data/train/deepscaler_partial.jsonl), the completions --max_response_len at

@@ -22,17 +22,15 @@ def pack(prompts, completions, pad_token_id, device="cpu", share_prompts=False, 
     padding_free=True: ONE row holding every sequence end to end, no padding (verl's remove-padding,
         TRL's padding-free), [p1 p1 c1 c1 c1 | p2 c2 | ...]; positions restart at 0 with each sequence and
         batch["segments"] (its boundaries) lets policy.attention run each one causally on its own.
-    share_prompts=False: one row per sequence, every completion starting in the same column,
-        [pad pad p p p | c c c pad]   prompts left-padded to Lp, completions right-padded to Tc.
-        The logits that predict the completions are then one slice, columns Lp-1 .. Lp+Tc-2, so
-        the vocabulary projection runs only there (logits_to_keep), never on prompt tokens. A padding
-        query attends to itself (a 4-D mask), so no query row is empty whatever kernel runs: an empty
-        one is NaN in some SDPA kernels, and that NaN would reach the gradient of every weight.
+    share_prompts=False: one row per sequence, [p p p c c c pad pad], right-padded only: every query
+        has its row's first token to attend to, so no query row of the mask is empty, whatever kernel
+        runs (a left-padded one is: NaN in some SDPA kernels, and through backward in every weight).
     share_prompts=True: consecutive sequences with the same prompt (a GRPO group) share ONE row,
         [p p p | c1 c1 | c2 c2 c2 | ... pad]   each completion continues the prompt's positions and
         attends to the prompt and to itself only (a 4-D mask): ~6x fewer tokens on the maze (long
         prompts, short answers), but the (rows, L, L) mask makes it a poor fit for long completions.
-    Either way, targets and completion_mask are (S, Tc) with one row per sequence, in input order."""
+    In each, targets and completion_mask are (S, Tc) with one row per sequence, in input order, and
+    hidden[row[i], src[i, t]] is the position that predicts completion i's token t."""
     S, Tc = len(prompts), max(1, max(len(c) for c in completions))
     targets = torch.full((S, Tc), pad_token_id, dtype=torch.long)
     for i, c in enumerate(completions):
@@ -50,16 +48,15 @@ def pack(prompts, completions, pad_token_id, device="cpu", share_prompts=False, 
                      row=torch.zeros(S, dtype=torch.long), src=src)
         return {**{k: v.to(device) for k, v in batch.items()}, "segments": tuple(ends)}
     if not share_prompts:
-        Lp = max(len(p) for p in prompts)
-        ids = torch.full((S, Lp + Tc), pad_token_id, dtype=torch.long)
-        attn = torch.zeros(S, Lp + Tc, dtype=torch.bool)
+        L = max(len(p) + len(c) for p, c in zip(prompts, completions))
+        ids = torch.full((S, L), pad_token_id, dtype=torch.long)
+        attn, src = torch.zeros(S, L, dtype=torch.long), torch.zeros(S, Tc, dtype=torch.long)
         for i, (p, c) in enumerate(zip(prompts, completions)):
-            ids[i, Lp - len(p):Lp + len(c)] = torch.tensor(list(p) + list(c))
-            attn[i, Lp - len(p):Lp + len(c)] = True
-        L = Lp + Tc
-        mask = torch.ones(L, L, dtype=torch.bool).tril() & attn[:, None, :] | torch.eye(L, dtype=torch.bool)
-        batch.update(input_ids=ids, attention_mask=mask[:, None],
-                     position_ids=(attn.long().cumsum(-1) - 1).clamp(min=0))
+            ids[i, :len(p) + len(c)] = torch.tensor(list(p) + list(c))
+            attn[i, :len(p) + len(c)] = 1
+            src[i, :len(c)] = len(p) - 1 + torch.arange(len(c))
+        batch.update(input_ids=ids, attention_mask=attn, position_ids=(attn.cumsum(-1) - 1).clamp(min=0),
+                     row=torch.arange(S), src=src)
     else:
         rows = []                            # per row: prompt, ids, positions, segments (0 = prompt)
         row_of, src = torch.zeros(S, dtype=torch.long), torch.zeros(S, Tc, dtype=torch.long)
@@ -94,11 +91,7 @@ def completion_logits(model, batch, temperature=1.0):
     """Logits / T at the positions that predict each completion token. batch from pack(). (S, Tc, V)
     The small-scale reference: the whole (S, Tc, V) float tensor is 37-148 GiB at the paper's scale
     (V = 152,064, 8 x 8k tokens). T must be the sampling temperature (a bug TRL users hit at T != 1)."""
-    Tc, kw = batch["targets"].shape[1], model_inputs(model, batch)
-    if "src" in batch:                            # shared prompts or one row: gather each sequence's columns
-        logits = model(**kw).logits[batch["row"][:, None], batch["src"]]
-    else:
-        logits = model(**kw, logits_to_keep=Tc + 1).logits[:, :-1]
+    logits = model(**model_inputs(model, batch)).logits[batch["row"][:, None], batch["src"]]
     return logits.to(torch.promote_types(logits.dtype, torch.float32)) / temperature   # fp32 (fp64 stays)
 
 def model_inputs(model, batch):
@@ -223,12 +216,9 @@ POLICY_FORWARD = "fgrpo_policy_forward"     # the method register_policy_forward
 
 def _policy_forward(model, batch, temperature, entropy, chunk_bytes):
     """policy_logp's body; under FSDP2 a registered forward of the root, which unshards its own parameters."""
-    Tc, mask = batch["targets"].shape[1], batch["completion_mask"]
+    mask = batch["completion_mask"]
     hidden = model.get_decoder()(**model_inputs(model, batch)).last_hidden_state
-    if "src" in batch:                                  # shared prompts or one row: each sequence's columns
-        hidden = hidden[batch["row"][:, None], batch["src"]]                       # (S, Tc, d)
-    else:                                               # columns Lp-1 .. Lp+Tc-2, as completion_logits
-        hidden = hidden[:, -(Tc + 1):-1]                                           # (S, Tc, d)
+    hidden = hidden[batch["row"][:, None], batch["src"]]                          # (S, Tc, d)
     # only the real completion tokens go through the head: padding costs nothing
     head = model.get_output_embeddings()
     logp, H = head_logp(hidden[mask], head.weight, head.bias, batch["targets"][mask],

@@ -308,7 +308,7 @@ FILE_EDITS = {
                                             {"update"}),
     "update_empty_pass_weight_one": ("train.py", "(loss * (world if live else 0.0)).backward()", "(loss * world).backward()",
                                      {"update"}),
-    "update_empty_pass_skipped": ("train.py", "        live = bool(mb)", "        if not mb:\n            continue\n        live = bool(mb)",
+    "update_empty_pass_skipped": ("train.py", "        mb = mb or [0]\n", "        if not mb:\n            continue\n",
                                   {"update"}),
     "update_metrics_of_this_rank": ("train.py", "out = dict(zip(sums, all_sum(list(sums.values())).tolist()))",
                                     "out = dict(sums)", {"update"}),

@@ -120,9 +120,14 @@ def test_mix_seed_is_stable_and_spread():
 
 def test_pack_layout():
     b = pack([[5, 6, 7], [8]], [[1, 2], [3, 4, 5]], pad_token_id=0)
-    assert b["input_ids"].tolist() == [[5, 6, 7, 1, 2, 0], [0, 0, 8, 3, 4, 5]]
-    assert b["position_ids"].tolist()[1][2:] == [0, 1, 2, 3]
+    assert b["input_ids"].tolist() == [[5, 6, 7, 1, 2], [8, 3, 4, 5, 0]]           # right padding only
+    assert b["position_ids"].tolist() == [[0, 1, 2, 3, 4], [0, 1, 2, 3, 3]]
+    assert b["attention_mask"].tolist() == [[1, 1, 1, 1, 1], [1, 1, 1, 1, 0]]
+    assert b["src"].tolist() == [[2, 3, 0], [0, 1, 2]]                  # the columns predicting each token
     assert b["completion_mask"].tolist() == [[True, True, False], [True, True, True]]
+    f = pack([[5, 6, 7], [8]], [[1, 2], [3, 4, 5]], pad_token_id=0, padding_free=True)
+    assert f["input_ids"].tolist() == [[5, 6, 7, 1, 2, 8, 3, 4, 5]] and f["segments"] == (0, 5, 9)
+    assert f["position_ids"].tolist() == [[0, 1, 2, 3, 4, 0, 1, 2, 3]] and f["src"].tolist() == [[2, 3, 0], [5, 6, 7]]
 
 
 def test_buckets_and_sync():

@@ -68,11 +68,14 @@ def lengths_fixture(n=24, group=4, seed=0):
     return prompts, completions
 
 
-@pytest.mark.parametrize("share", [False, True])
+@pytest.mark.parametrize("share,flat", [(False, False), (True, False), (False, True)])
 @pytest.mark.parametrize("rows,tokens", [(8, 0), (8, 100), (3, 100), (64, 40), (64, 1)])
-def test_micro_batches_keep_rows_whole_and_within_both_caps(group, share, rows, tokens):
+def test_micro_batches_keep_rows_whole_and_within_both_caps(group, share, flat, rows, tokens):
+    """Whole groups (--share_prompts) or sequences, longest first, within --micro_batch_size and
+    --micro_batch_tokens: padded tokens (rows x the longest), or with --padding_free the real ones."""
     prompts, completions = lengths_fixture()
-    cfg = SimpleNamespace(group_size=4, share_prompts=share, micro_batch_size=rows, micro_batch_tokens=tokens)
+    cfg = SimpleNamespace(group_size=4, share_prompts=share, padding_free=flat, micro_batch_size=rows,
+                          micro_batch_tokens=tokens)
     mbs = train.micro_batches(cfg, prompts, completions)
     assert sorted(i for mb in mbs for i in mb) == list(range(len(completions)))      # each sequence once
     block = 4 if share else 1
@@ -85,7 +88,8 @@ def test_micro_batches_keep_rows_whole_and_within_both_caps(group, share, rows, 
             padded = len(blocks) * max(row_len)
         else:
             row_len = [len(prompts[i]) + len(completions[i]) for i in mb]
-            padded = len(mb) * (max(len(prompts[i]) for i in mb) + max(len(completions[i]) for i in mb))
+            padded = sum(row_len) if flat else len(mb) * (max(len(prompts[i]) for i in mb)
+                                                          + max(len(completions[i]) for i in mb))
         if len(blocks) > 1:                                   # a block over a cap goes alone
             assert len(mb) <= rows and (not tokens or padded <= tokens), (mb, padded)
         widths.append(max(row_len))
@@ -98,7 +102,8 @@ def test_micro_batches_pad_to_the_busiest_rank(group, monkeypatch):
     """FSDP needs the same number of passes on every rank: the count is the max over ranks, and the
     missing ones are empty (run with weight 0)."""
     prompts, completions = lengths_fixture(8, 4)
-    cfg = SimpleNamespace(group_size=4, share_prompts=False, micro_batch_size=8, micro_batch_tokens=0)
+    cfg = SimpleNamespace(group_size=4, share_prompts=False, padding_free=True, micro_batch_size=8,
+                          micro_batch_tokens=0)
     monkeypatch.setattr(train, "all_max", lambda x: torch.tensor(3.0, dtype=torch.float64))
     assert train.micro_batches(cfg, prompts, completions) == [sorted(range(8), key=lambda i: -len(completions[i])
                                                                      - len(prompts[i])), [], []]
