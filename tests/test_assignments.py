@@ -12,6 +12,7 @@ below are one edit away from the solutions.
 import ast
 import copy
 import errno
+import functools
 import itertools
 import json
 import os
@@ -448,8 +449,9 @@ def head_text(rel):
     return subprocess.run(["git", "show", f"HEAD:{rel}"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
 
 
+@functools.cache
 def wrong_texts():
-    """{name: (module name, its wrong source)}."""
+    """{name: (module name, its wrong source)}, built once per process (HEAD does not change under a run)."""
     text = reference_text()
     out = {name: ("advantage", make_student_copy.replace_function(text, fn, src)) for name, (fn, src, _) in WRONG.items()}
     for name, (old, new) in POLICY_EDITS.items():
@@ -508,9 +510,12 @@ def lost_problems(mod, graded_checks, pids=None):
     modules = {**harness.graded_modules(), mod.__name__: mod}
     lost = set()
     for pid in pids or (p for p in checks if p != harness.RL):
-        got = [harness.run_check(modules, c)[0] for c in checks[pid]]
-        if any(grade.judge(c, want[pid][i], got[i], got, i) for i, c in enumerate(checks[pid])):
-            lost.add(pid)
+        got = []                            # in order, up to the first failure: a check reads only those before it
+        for i, c in enumerate(checks[pid]):
+            got.append(harness.run_check(modules, c)[0])
+            if grade.judge(c, want[pid][i], got[i], got, i):
+                lost.add(pid)
+                break
     return lost
 
 
