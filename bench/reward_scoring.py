@@ -43,7 +43,8 @@ class Config:
 
     def __post_init__(self):
         check_min(self, 1, "problems", "samples", "prompts_per_call")
-        check_min(self, 0, "naive_samples", "workers", "seed")
+        check_min(self, 0, "naive_samples", "workers", "seed", "train_steps")
+        check_min(self, 1, "train_chars")
 
 
 def variants(gold, rng):

@@ -216,9 +216,8 @@ POLICY_FORWARD = "fgrpo_policy_forward"     # the method register_policy_forward
 
 def _policy_forward(model, batch, temperature, entropy, chunk_bytes):
     """policy_logp's body; under FSDP2 a registered forward of the root, which unshards its own parameters."""
-    mask = batch["completion_mask"]
     hidden = model.get_decoder()(**model_inputs(model, batch)).last_hidden_state
-    hidden = hidden[batch["row"][:, None], batch["src"]]                          # (S, Tc, d)
+    hidden, mask = hidden[batch["row"][:, None], batch["src"]], batch["completion_mask"]   # (S, Tc, d), (S, Tc)
     # only the real completion tokens go through the head: padding costs nothing
     head = model.get_output_embeddings()
     logp, H = head_logp(hidden[mask], head.weight, head.bias, batch["targets"][mask],
