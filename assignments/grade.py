@@ -341,10 +341,10 @@ def child_argv(folder, fd, bwrap):
             "--ro-bind", "/usr", "/usr"]
     for d in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/etc", "/sys"):
         argv += ["--ro-bind-try", d, d]
+    argv += ["--size", str(SANDBOX_TMP), "--tmpfs", "/tmp"]     # first: a Python under /tmp (CI's) binds over it
     for d in python_dirs():
         argv += ["--ro-bind", d, d]
-    argv += ["--ro-bind", str(folder), "/grade", "--proc", "/proc", "--dev", "/dev",
-             "--size", str(SANDBOX_TMP), "--tmpfs", "/tmp", "--chdir", "/grade"]
+    argv += ["--ro-bind", str(folder), "/grade", "--proc", "/proc", "--dev", "/dev", "--chdir", "/grade"]
     for k, v in env.items():
         argv += ["--setenv", k, v]
     return argv + harness_argv, {}, str(folder)

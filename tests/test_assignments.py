@@ -1050,3 +1050,11 @@ def test_the_teachers_grading_without_a_sandbox_is_refused_unless_asked(tmp_path
                        text=True, env=env)
     assert r.returncode == 0 and r.stdout.startswith("note: no sandbox") and r.stdout.strip().endswith(f"/ {FULL}"), \
         r.stdout[-500:] + r.stderr[-500:]
+
+
+def test_a_python_under_tmp_is_seen_inside_the_sandbox(monkeypatch):
+    """CI's virtual environment lives in a clone under /tmp: the sandbox's own /tmp (a tmpfs) must be laid
+    down before the Python's folders are bound, or it hides them and the child cannot start."""
+    monkeypatch.setattr(grade, "python_dirs", lambda: ["/tmp/clone/.venv-ci", "/usr"])
+    argv = grade.child_argv(Path("/tmp/hand-in"), 3, "/usr/bin/bwrap")[0]
+    assert argv.index("--tmpfs") < argv.index("/tmp/clone/.venv-ci")
