@@ -341,8 +341,9 @@ def run_ranks(modules, check, record):
     import tempfile
     import time
     from queue import Empty
-    ctx, n = multiprocessing.get_context("spawn"), check["ranks"]
+    ctx, n = multiprocessing.get_context("forkserver"), check["ranks"]
     sources = {name: getattr(m, "__source__", None) for name, m in modules.items()}
+    ctx.set_forkserver_preload(["torch", *sources])     # one clean process imports them once; each rank is its fork
     store, q = os.path.join(tempfile.mkdtemp(), "store"), ctx.Queue()
     procs = [ctx.Process(target=rank_main, args=(r, check, sources, record, store, q), daemon=True) for r in range(n)]
     for p in procs:
