@@ -341,9 +341,13 @@ def run_ranks(modules, check, record):
     import tempfile
     import time
     from queue import Empty
-    ctx, n = multiprocessing.get_context("forkserver"), check["ranks"]
+    import threading
+    # Each rank is a fork of this process, torch and the graded modules imported. A fork copies only
+    # the calling thread, so a process with other threads forks the ranks from a clean server instead.
+    alone = threading.active_count() == 1 and torch.get_num_threads() == 1
+    ctx, n = multiprocessing.get_context("fork" if alone else "forkserver"), check["ranks"]
     sources = {name: getattr(m, "__source__", None) for name, m in modules.items()}
-    ctx.set_forkserver_preload(["torch", *sources])     # one clean process imports them once; each rank is its fork
+    ctx.set_forkserver_preload(["torch", *sources])
     store, q = os.path.join(tempfile.mkdtemp(), "store"), ctx.Queue()
     procs = [ctx.Process(target=rank_main, args=(r, check, sources, record, store, q), daemon=True) for r in range(n)]
     for p in procs:
