@@ -516,10 +516,9 @@ def judge_rl(want, got):
             charged = sorted({names[f] for f in frames if f in names}) or ["update"]
             return charged, (f"the RL run ({w['task']} task, step {i + 1}) crashed: {got.get('error', 'no result')} "
                              f"(in {', '.join(charged)})")
-        tol = (1e-4, 1e-6) if first else (2e-3, 1e-5)
         for k in harness.RL_METRICS:
             a, b = g.get(k), w[k]
-            if not (isinstance(a, float) and math.isfinite(a) and math.isclose(a, b, rel_tol=tol[0], abs_tol=tol[1])):
+            if not harness.rl_same(a, want["steps"], i, k):
                 charged = (["maze_reward"] if w["task"] == "maze" else ["update"]) if k == "reward/mean" and first \
                     else INVOLVED[k] if first else TRAINING
                 return charged, (f"the RL run ({w['task']} task, step {i + 1}): {k} is {a}, the reference's {b:.6g}; "

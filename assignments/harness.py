@@ -12,6 +12,7 @@ strings, lists, dicts; enc/dec), so grade.py reads them with weights_only=True.
 """
 import importlib
 import inspect
+import math
 import io
 import os
 import sys
@@ -494,6 +495,15 @@ RL = "rl_steps"                    # the check's name, beside the problems'
 RL_STEPS = 3                       # steps of the toy task (its random policy already gets partial rewards)
 RL_METRICS = ("reward/mean", "adv/abs_mean_pre", "focal/g_mean", "adv/abs_mean_post", "logp/diff_abs_mean",
               "entropy", "loss/pg", "ratio/max", "grad_norm")       # in the order a step computes them
+# (relative, absolute) tolerance of an RL metric: a task's first step, then its later ones, where each
+# update's float32 rounding (another CPU's summation order) compounds. A wrong step moves them far more.
+RL_TOL = ((1e-4, 1e-6), (2e-3, 1e-5))
+
+
+def rl_same(a, want, i, k):
+    """Is a the reference's metric k of RL step i (want: the reference's steps), within RL_TOL?"""
+    rel, tol = RL_TOL[0 if i == 0 or want[i - 1]["task"] != want[i]["task"] else 1]
+    return isinstance(a, float) and math.isfinite(a) and math.isclose(a, want[i][k], rel_tol=rel, abs_tol=tol)
 
 
 def rl_run(modules, seed):

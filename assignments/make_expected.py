@@ -507,6 +507,23 @@ def agree(a, b):
     return type(a) is type(b) and a == b
 
 
+def fixture_agrees(a, b):
+    """Is parsed expected.json a the fixture b? agree on all but the RL run, whose metrics (float32 through
+    a few updates) need only agree within harness.RL_TOL, as grade.judge_rl judges a hand-in's run."""
+    def split(f):
+        rest = {**f, "results": {k: v for k, v in f["results"].items() if k != harness.RL}}
+        return rest, [r["steps"] for r in f["results"][harness.RL]]
+    try:
+        (a, rl_a), (b, rl_b) = split(a), split(b)
+    except (KeyError, TypeError, AttributeError):
+        return False
+    return agree(a, b) and len(rl_a) == len(rl_b) and all(
+        isinstance(x, list) and len(x) == len(y) and all(
+            isinstance(s, dict) and s.get("task") == w["task"] and all(harness.rl_same(s.get(k), y, i, k)
+                                                                       for k in harness.RL_METRICS)
+            for i, (s, w) in enumerate(zip(x, y))) for x, y in zip(rl_a, rl_b))
+
+
 def public_text(modules):
     cs = checks(0)
     results = answer(cs, modules)
@@ -527,7 +544,7 @@ def main():
         sys.exit(2)
     text = public_text(modules)
     if check_only:
-        same = OUT.exists() and agree(json.loads(OUT.read_text()), json.loads(text))
+        same = OUT.exists() and fixture_agrees(json.loads(OUT.read_text()), json.loads(text))
         print(f"{OUT}: {'up to date' if same else 'STALE: rerun python assignments/make_expected.py'}")
         sys.exit(0 if same else 1)
     OUT.write_text(text)

@@ -867,19 +867,21 @@ def test_expected_fixture_matches_the_reference():
     """The committed fixture is what the reference computes here, up to the last bits that another
     CPU changes (it was written on one machine and graded on others)."""
     committed = json.loads((ROOT / "assignments" / "expected.json").read_text())
-    assert make_expected.agree(committed, json.loads(make_expected.public_text(harness.graded_modules())))
+    assert make_expected.fixture_agrees(committed, json.loads(make_expected.public_text(harness.graded_modules())))
 
 
 def test_fixture_comparison_forgives_rounding_not_changes():
-    """make_expected.agree: float32 results one ulp off (another CPU's summation order) agree; a
+    """make_expected.fixture_agrees: float32 results one ulp off (another CPU's summation order) agree; a
     float32 result off by 1e-4, a float64 one off by 1e-9, another dtype, a check with one input
-    fewer or another tolerance do not; harness.same, which matches a stand-in's arguments, alike."""
+    fewer or another tolerance do not; harness.same, which matches a stand-in's arguments, alike. The
+    RL run's metrics (float32 through three updates: 1e-7 apart on two CPUs) agree within
+    harness.RL_TOL, what grade.judge_rl forgives a hand-in, and not 1e-2 apart or a step fewer."""
     fixture = json.loads((ROOT / "assignments" / "expected.json").read_text())
 
     def agrees(edit):
         f = copy.deepcopy(fixture)
         edit(f)
-        return make_expected.agree(f, fixture)
+        return make_expected.fixture_agrees(f, fixture)
 
     def scale(t, by):
         dtype = getattr(torch, t["dtype"])
@@ -894,6 +896,12 @@ def test_fixture_comparison_forgives_rounding_not_changes():
     assert not agrees(lambda f: f32(f).update(dtype="float64"))
     assert not agrees(lambda f: f["checks"]["group_advantages"][0]["args"][0]["tensor"].pop())
     assert not agrees(lambda f: f["checks"]["group_advantages"][0].update(atol=1e-6))
+    rl = lambda f: f["results"][harness.RL][0]["steps"]
+    assert len(rl(fixture)) >= 2 and rl(fixture)[1]["loss/pg"] != 0
+    for by, same in [(1.2e-7, True), (1e-2, False)]:
+        assert agrees(lambda f: rl(f)[1].update({"loss/pg": rl(f)[1]["loss/pg"] * (1 + by)})) is same
+    assert not agrees(lambda f: rl(f).pop())
+    assert not agrees(lambda f: rl(f)[0].update(task="maze"))
     x = torch.tensor([-4.133371353, 0.5])                  # harness.same matches a stand-in's arguments alike
     assert harness.same(x.nextafter(torch.tensor(-9.0)), x) and not harness.same(x * (1 + 1e-4), x)
     assert not harness.same(x.double() * (1 + 1e-9), x.double())

@@ -54,7 +54,10 @@ def logp_H_grads(model, batch, T=0.7):
 def test_padding_free_row_gives_the_padded_values_and_gradients(family, impl):
     """One row, each sequence attending to itself alone, is the padded batch to float64's precision: the
     log-probs, the entropies, every parameter's gradient, and the direct (S, Tc, V) reference; with
-    policy.attention or, for a model left on transformers' own, through the mask transformers builds."""
+    policy.attention or, for a model left on transformers' own, through the mask transformers builds.
+    transformers' eager attention takes its softmax in float32, whose sums over a longer row round otherwise
+    (1e-8 seen): float32's tolerance there; a sequence that saw its neighbours moves log-probs by 1e-1."""
+    atol = 1e-5 if impl == "eager" else 1e-12
     model = tiny(family)
     if impl != "ours":
         model.set_attn_implementation(impl)
@@ -64,12 +67,12 @@ def test_padding_free_row_gives_the_padded_values_and_gradients(family, impl):
     want, got = logp_H_grads(model, padded), logp_H_grads(model, flat)
     assert (want[0] != 0).sum() == sum(map(len, COMPLETIONS))
     for a, b in zip(want[:2], got[:2]):
-        assert torch.allclose(a, b, atol=1e-12, rtol=0)
+        assert torch.allclose(a, b, atol=atol, rtol=0)
     assert max(g.abs().max() for g in want[2].values()) > 1e-3
     for n, g in want[2].items():
-        assert torch.allclose(g, got[2][n], atol=1e-12, rtol=1e-9), n
+        assert torch.allclose(g, got[2][n], atol=atol, rtol=1e-9), n
     direct = token_logp(completion_logits(model, flat, 0.7), flat)
-    assert torch.allclose(direct, want[0], atol=1e-12, rtol=0)
+    assert torch.allclose(direct, want[0], atol=atol, rtol=0)
 
 
 def test_a_sequence_in_the_row_sees_nothing_of_its_neighbours():
