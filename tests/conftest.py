@@ -3,10 +3,12 @@
     python -m pytest -q tests                     # everything (CI)
     python -m pytest -q -m "not slow" tests       # the inner loop: all but the multi-second tests
 """
+import os
 import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -24,5 +26,12 @@ def data():
 
 
 def pytest_configure(config):
+    # Each of pytest-xdist's processes gets its share of the cores: torch's default of one thread per core
+    # in every process oversubscribes them, and a parallel region then waits for a descheduled thread.
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if workers > 1:
+        threads = max(1, (os.cpu_count() or 1) // workers)
+        torch.set_num_threads(threads)
+        os.environ["OMP_NUM_THREADS"] = str(threads)          # and the processes the tests start
     config.addinivalue_line("markers", "slow: takes seconds to minutes (trainer runs, vLLM, process "
                                        "pools, timeouts); left out of the fast tier, -m \"not slow\"")

@@ -215,15 +215,10 @@ def maze_sft(tmp_path_factory):
     c = maze.model_config().to_dict()
     c.pop("layer_types", None)
     c.update(hidden_size=128, intermediate_size=512)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(2)                     # the suite runs one test at a time: CI's two cores
-    try:
-        torch.manual_seed(cfg.seed)
-        model, tok = maze.Qwen2ForCausalLM(maze.Qwen2Config(**c)), maze.build_tokenizer()
-        maze.sft(model, tok, cfg)
-        maze.save_sft(model, tok, out, {"config": asdict(cfg)})
-    finally:
-        torch.set_num_threads(threads)
+    torch.manual_seed(cfg.seed)
+    model, tok = maze.Qwen2ForCausalLM(maze.Qwen2Config(**c)), maze.build_tokenizer()
+    maze.sft(model, tok, cfg)
+    maze.save_sft(model, tok, out, {"config": asdict(cfg)})
     return out
 
 
