@@ -37,14 +37,15 @@ import harness  # noqa: E402
 import make_expected  # noqa: E402
 import make_student_copy  # noqa: E402
 from problems import GRADED_FILES, PROBLEMS, WITHHELD  # noqa: E402
+import launch  # noqa: E402
 
 POINTS = {pid: points for pid, points, _, _ in PROBLEMS}
 FULL = sum(POINTS.values())
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "TRANSFORMERS_VERBOSITY": "error", "HF_HUB_OFFLINE": "1"}
 
 
 def run(*args, cwd=ROOT):
-    return subprocess.run([sys.executable, *map(str, args)], cwd=cwd, capture_output=True, text=True,
-                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    return launch.run([sys.executable, *map(str, args)], cwd=cwd, capture_output=True, text=True, env=ENV)
 
 
 # The grader's sandbox (bubblewrap). CI installs it and sets FGRPO_REQUIRE_SANDBOX=1, so there its
@@ -648,8 +649,8 @@ def test_nothing_outlives_the_grader_or_reaches_its_files(student, tmp_path):
     grade_py = (ROOT / "assignments" / "grade.py").read_bytes()
     d, report, log = attack_copy(student, tmp_path, "escapes", ESCAPES), tmp_path / "escapes.json", tmp_path / "log"
     with open(log, "w") as f:
-        r = subprocess.run([sys.executable, ROOT / "assignments" / "grade.py", d, "--json", report, "--seed", "5"],
-                           stdout=f, stderr=subprocess.STDOUT, env={**os.environ, "OMP_NUM_THREADS": "1"})
+        r = launch.run([sys.executable, ROOT / "assignments" / "grade.py", d, "--json", report, "--seed", "5"],
+                       stdout=f, stderr=subprocess.STDOUT, env=ENV)
     time.sleep(6)                                       # the attack's processes would write at 4 s
     assert r.returncode == 0
     assert log.read_text().strip().splitlines()[-1] == f"total: 0 / {FULL}", log.read_text()[-500:]
@@ -1050,12 +1051,12 @@ def test_the_teachers_grading_without_a_sandbox_is_refused_unless_asked(tmp_path
     grades would be in the graded code's reach); a student copy grades its own code with a note."""
     bare = tmp_path / "bin"
     bare.mkdir()
-    env = {**os.environ, "PATH": str(bare), "OMP_NUM_THREADS": "1"}
-    r = subprocess.run([sys.executable, ROOT / "assignments" / "grade.py", student], capture_output=True, text=True,
-                       env=env)
+    env = {**ENV, "PATH": str(bare)}
+    r = launch.run([sys.executable, ROOT / "assignments" / "grade.py", student], capture_output=True, text=True,
+                   env=env)
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "--no_sandbox true" in r.stderr, r.stderr
-    r = subprocess.run([sys.executable, "assignments/grade.py", "--budget", "1"], cwd=student, capture_output=True,
-                       text=True, env=env)
+    r = launch.run([sys.executable, "assignments/grade.py", "--budget", "1"], cwd=student, capture_output=True,
+                   text=True, env=env)
     assert r.returncode == 0 and r.stdout.startswith("note: no sandbox") and r.stdout.strip().endswith(f"/ {FULL}"), \
         r.stdout[-500:] + r.stderr[-500:]
 

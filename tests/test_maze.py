@@ -5,7 +5,6 @@
 import json
 import os
 import random
-import subprocess
 import sys
 from pathlib import Path
 
@@ -17,6 +16,7 @@ import maze
 import rollout
 from maze import (MOVES, Config, build_model, build_tokenizer, completion_text, evaluate_mazes, find,
                   heldout_mazes, is_heldout, make_maze, maze_reward, prompt_text, render, solve, train_mazes)
+import launch
 
 # A 7x7 example in MaxRL's format (App. K): a spanning tree whose shortest path is RIGHT x4, DOWN x4.
 PAPER_GRID = ["#######",
@@ -347,9 +347,9 @@ def test_main_never_deletes_a_folder_it_did_not_write(tmp_path):
     theirs.mkdir()
     (theirs / "thesis.tex").write_text("years of work")
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TRANSFORMERS_VERBOSITY": "error", "HF_HUB_OFFLINE": "1"}
-    r = subprocess.run([sys.executable, "maze.py", "--size", "7", "--steps", "1", "--batch_size", "2",
-                        "--eval_mazes", "0", "--threads", "1", "--out_dir", str(theirs)],
-                       cwd=Path(maze.__file__).parent, env=env, capture_output=True, text=True, timeout=300)
+    r = launch.run([sys.executable, "maze.py", "--size", "7", "--steps", "1", "--batch_size", "2",
+                    "--eval_mazes", "0", "--threads", "1", "--out_dir", str(theirs)],
+                   cwd=Path(maze.__file__).parent, env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "--out_dir" in r.stderr, r.stderr
     assert [p.name for p in theirs.iterdir()] == ["thesis.tex"]
 

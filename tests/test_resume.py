@@ -2,12 +2,12 @@
 full disk, retention; and the math task's exports. `python -m pytest -q tests/test_resume.py`"""
 import json
 import shutil
-import subprocess
 
 import pytest
 import torch
 
 from test_train import ENV, PY, ROOT, assert_same_metrics, read_metrics, train_cmd
+import launch
 
 pytestmark = pytest.mark.slow             # every test here runs train.py: minutes in all
 
@@ -28,8 +28,8 @@ def tiny_run(tmp_path_factory):
     torch.manual_seed(0)
     maze.save_sft(maze.build_model(), maze.build_tokenizer(), root / "policy", {"config": {"size": 7}})
     flags = train_cmd("--model", str(root / "policy"), *TINY, "--keep_checkpoints", "4")
-    r = subprocess.run(flags + ["--steps", "4", "--out_dir", str(root / "run")], cwd=ROOT, env=ENV,
-                       capture_output=True, text=True, timeout=900)
+    r = launch.run(flags + ["--steps", "4", "--out_dir", str(root / "run")], cwd=ROOT, env=ENV,
+                   capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stderr[-3000:]
     return flags, root / "run"
 
@@ -52,8 +52,8 @@ def test_run_json_records_the_code_that_ran(tiny_run):
 
 
 def resume(flags, run, steps):
-    r = subprocess.run(flags + ["--steps", str(steps), "--out_dir", str(run), "--resume", "true"], cwd=ROOT,
-                       env=ENV, capture_output=True, text=True, timeout=900)
+    r = launch.run(flags + ["--steps", str(steps), "--out_dir", str(run), "--resume", "true"], cwd=ROOT,
+                   env=ENV, capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stderr[-3000:]
     return r
 
@@ -104,9 +104,9 @@ def test_resume_refuses_another_experiment(tiny_run, tmp_path):
     """--resume with another --gamma or --lr used to continue silently, one run with two settings.
     How it runs (--steps, --sample_every, ...) may change."""
     flags, whole = tiny_run
-    r = subprocess.run(flags + ["--steps", "6", "--sample_every", "2", "--gamma", "0.5", "--lr", "0.001",
-                                "--out_dir", str(whole), "--resume", "true"],
-                       cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=300)
+    r = launch.run(flags + ["--steps", "6", "--sample_every", "2", "--gamma", "0.5", "--lr", "0.001",
+                            "--out_dir", str(whole), "--resume", "true"],
+                   cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=300)
     err = r.stderr.strip()
     assert r.returncode == 2 and len(err.splitlines()) == 1, err
     assert "--gamma 0.5 (was 0.0)" in err and "--lr 0.001 (was 1e-06)" in err
@@ -129,7 +129,7 @@ def test_math_exports_each_epoch_for_evaluate_py_and_a_resume_keeps_them(data, t
                       "--data", str(tmp_path / "train.jsonl"), "--prompts_per_step", "3", "--mini_batch_prompts", "1",
                       "--group_size", "2", "--max_response_len", "4", "--steps", "6", "--save_every", "2",
                       "--export_every", "4", "--sample_every", "0", "--lr", "1e-3", "--out_dir", str(out))
-    r = subprocess.run(flags, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=900)
+    r = launch.run(flags, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stderr[-3000:]
     assert sorted(p.name for p in out.iterdir()) == [".fgrpo.json", ".train.lock", "ckpt", "epoch_1", "epoch_2",
                                                      "final", "metrics.jsonl", "run.json", "step_000004"]
@@ -149,18 +149,18 @@ def test_math_exports_each_epoch_for_evaluate_py_and_a_resume_keeps_them(data, t
     shutil.rmtree(out / "ckpt" / "step_000006")
     shutil.rmtree(out / "final")
     stamp = (out / "epoch_2" / "model.safetensors").stat().st_mtime_ns
-    again = subprocess.run(flags, cwd=ROOT, env=ENV, capture_output=True, text=True)
+    again = launch.run(flags, cwd=ROOT, env=ENV, capture_output=True, text=True)
     assert again.returncode == 2 and "exports" in again.stderr and "--resume" in again.stderr   # a fresh run refuses
-    r = subprocess.run(flags + ["--resume", "true"], cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=900)
+    r = launch.run(flags + ["--resume", "true"], cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=900)
     assert r.returncode == 0 and "resumed from step 4" in r.stdout, r.stderr[-3000:]
     assert (out / "epoch_2" / "model.safetensors").stat().st_mtime_ns == stamp and (out / "final").is_dir()
     final = load_file(out / "final" / "model.safetensors")
     assert all(torch.equal(final[k], w2[k]) for k in w2)          # the redone steps reach the same weights
 
     ev = tmp_path / "eval"
-    r = subprocess.run([PY, "evaluate.py", "--models", str(out / "epoch_*"), str(out / "step_000004"), "--benchmarks",
-                        "math500", "--n", "2", "--max_problems", "1", "--max_new_tokens", "4", "--workers", "1",
-                        "--out", str(ev)], cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=900)
+    r = launch.run([PY, "evaluate.py", "--models", str(out / "epoch_*"), str(out / "step_000004"), "--benchmarks",
+                    "math500", "--n", "2", "--max_problems", "1", "--max_new_tokens", "4", "--workers", "1",
+                    "--out", str(ev)], cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stderr[-3000:]
     assert sorted(p.name for p in ev.iterdir()) == sorted(f"{n}.{x}" for n in ("epoch_1", "epoch_2", "step_000004",
                                                                                "selection") for x in ("json", "md"))
@@ -293,8 +293,8 @@ def test_disk_trouble_mid_run_is_one_line_and_loses_nothing(tiny_run, tmp_path, 
     flags, whole = tiny_run
     run = tmp_path / "run"
     script = FAULTS[fault] + "\nimport runpy, sys\nsys.argv = sys.argv[1:]\nrunpy.run_path('train.py', run_name='__main__')\n"
-    r = subprocess.run([PY, "-c", script, *flags[1:], "--steps", "4", "--out_dir", str(run)], cwd=ROOT, env=ENV,
-                       capture_output=True, text=True, timeout=900)
+    r = launch.run([PY, "-c", script, *flags[1:], "--steps", "4", "--out_dir", str(run)], cwd=ROOT, env=ENV,
+                   capture_output=True, text=True, timeout=900)
     err = [line for line in r.stderr.splitlines() if line.strip()]
     assert r.returncode == 1 and len(err) == 1, r.stderr[-3000:]
     where, why = {"a full disk during checkpoint 2": ("ckpt/.step_000002.tmp", "no space left on the device"),
@@ -328,8 +328,8 @@ sys.argv = sys.argv[1:]
 runpy.run_path("train.py", run_name="__main__")
 '''
     keep = ["--keep_checkpoints", "1", "--steps", "4", "--out_dir", str(run)]
-    r = subprocess.run([PY, "-c", kill, *flags[1:], *keep], cwd=ROOT, env=ENV, capture_output=True, text=True,
-                       timeout=900)
+    r = launch.run([PY, "-c", kill, *flags[1:], *keep], cwd=ROOT, env=ENV, capture_output=True, text=True,
+                   timeout=900)
     assert r.returncode == 9, r.stderr[-3000:]
     assert not (run / "ckpt" / "step_000003").exists()
     resume(flags + ["--keep_checkpoints", "1"], run, 4)

@@ -5,7 +5,6 @@
 import json
 import math
 import os
-import subprocess
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -15,6 +14,7 @@ import pytest
 import toy_task
 import train
 from fgrpo_utils.cli import parse_config
+import launch
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "TRANSFORMERS_VERBOSITY": "error", "HF_HUB_OFFLINE": "1"}
@@ -32,10 +32,10 @@ def test_the_toy_task_trains_two_steps_with_no_tokenizer_folder(tmp_path):
     policy of its 15 tokens, and trains. Partial rewards make a random policy's groups differ, so the
     advantages are not all 0 (a fixture where they were would test nothing)."""
     out = tmp_path / "run"
-    r = subprocess.run([sys.executable, "train.py", "--task", "reverse", "--model", "tiny", "--device", "cpu",
-                        "--threads", "1", "--steps", "2", "--prompts_per_step", "8", "--mini_batch_prompts", "8",
-                        "--group_size", "4", "--warmup_steps", "0", "--lr", "1e-3", "--sample_every", "0",
-                        "--out_dir", str(out)], cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=300)
+    r = launch.run([sys.executable, "train.py", "--task", "reverse", "--model", "tiny", "--device", "cpu",
+                    "--threads", "1", "--steps", "2", "--prompts_per_step", "8", "--mini_batch_prompts", "8",
+                    "--group_size", "4", "--warmup_steps", "0", "--lr", "1e-3", "--sample_every", "0",
+                    "--out_dir", str(out)], cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
     steps = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [m["step"] for m in steps] == [1, 2]

@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 
+import launch
+
 pytestmark = pytest.mark.slow             # every test here runs train.py or an SFT: minutes in all
 ROOT = Path(__file__).resolve().parents[1]
 PY = sys.executable
@@ -172,7 +174,7 @@ def test_bad_flags_are_refused_in_one_line(capsys):
              (["--group_size", "1"], "--group_size"), (["--loss_agg", "sum"], "--loss_agg"),
              (["--grad_checkpointing", "yes"], "--grad_checkpointing")]
     for flags, name in cases[:2]:
-        r = subprocess.run([PY, "train.py", *flags], cwd=ROOT, env=ENV, capture_output=True, text=True)
+        r = launch.run([PY, "train.py", *flags], cwd=ROOT, env=ENV, capture_output=True, text=True)
         assert r.returncode == 2 and name in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
     for flags, name in cases[2:]:
         with pytest.raises(SystemExit) as e:
@@ -233,25 +235,25 @@ def test_killed_run_resumes_as_if_never_stopped(maze_sft, tmp_path):
     state, old log-probs and the data position all have to come back exactly."""
     flags = train_cmd("--model", str(maze_sft), "--steps", "5", "--save_every", "2", *MAZE_RL)
     whole = tmp_path / "whole"
-    r = subprocess.run(flags + ["--out_dir", str(whole)], cwd=ROOT, env=ENV, capture_output=True,
-                       text=True, timeout=900)
+    r = launch.run(flags + ["--out_dir", str(whole)], cwd=ROOT, env=ENV, capture_output=True,
+                   text=True, timeout=900)
     assert r.returncode == 0, r.stderr[-3000:]
     ref = read_metrics(whole)
     assert any(0 < m["reward/mean"] < 1 for m in ref) and max(m["grad_norm"] for m in ref) > 0
 
     cut = tmp_path / "cut"
-    p = subprocess.Popen(flags + ["--out_dir", str(cut)], cwd=ROOT, env=ENV,
-                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    p = launch.popen(flags + ["--out_dir", str(cut)], cwd=ROOT, env=ENV,
+                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 900
     while not (cut / "ckpt" / "step_000002").exists() and p.poll() is None and time.time() < deadline:
         time.sleep(0.05)
     p.send_signal(signal.SIGKILL)
     p.wait()
     assert (cut / "ckpt" / "step_000002").exists()
-    again = subprocess.run(flags + ["--out_dir", str(cut)], cwd=ROOT, env=ENV, capture_output=True, text=True)
+    again = launch.run(flags + ["--out_dir", str(cut)], cwd=ROOT, env=ENV, capture_output=True, text=True)
     assert again.returncode == 2 and "--resume" in again.stderr       # refuses to overwrite checkpoints
-    r = subprocess.run(flags + ["--out_dir", str(cut), "--resume", "true"], cwd=ROOT, env=ENV,
-                       capture_output=True, text=True, timeout=900)
+    r = launch.run(flags + ["--out_dir", str(cut), "--resume", "true"], cwd=ROOT, env=ENV,
+                   capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stderr[-3000:]
     got = read_metrics(cut)
     assert [m["step"] for m in got] == [1, 2, 3, 4, 5]
@@ -268,11 +270,11 @@ def test_math_step_with_real_tokenizer(data, tmp_path):
     rows = (data / "train" / "deepscaler_partial.jsonl").read_text().splitlines()[:8]
     (tmp_path / "train.jsonl").write_text("\n".join(rows) + "\n")
     out = tmp_path / "run"
-    r = subprocess.run(train_cmd("--task", "math", "--model", "tiny", "--tokenizer",
-                                 str(data / "tokenizers" / "qwen2.5"), "--data", str(tmp_path / "train.jsonl"),
-                                 "--prompts_per_step", "2", "--mini_batch_prompts", "1", "--group_size", "2",
-                                 "--max_response_len", "8", "--steps", "1", "--out_dir", str(out)),
-                       cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=900)
+    r = launch.run(train_cmd("--task", "math", "--model", "tiny", "--tokenizer",
+                             str(data / "tokenizers" / "qwen2.5"), "--data", str(tmp_path / "train.jsonl"),
+                             "--prompts_per_step", "2", "--mini_batch_prompts", "1", "--group_size", "2",
+                             "--max_response_len", "8", "--steps", "1", "--out_dir", str(out)),
+                   cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stderr[-3000:]
     m = read_metrics(out)[0]
     assert m["step"] == 1 and m["tokens"] > 0 and m["len/max"] <= 8 and "reward/unparseable" in m
@@ -284,9 +286,9 @@ def test_math_step_with_real_tokenizer(data, tmp_path):
 
 def maze_pass1(model_dir, tmp_path, n=32, mazes=64):
     out = tmp_path / f"eval_{Path(model_dir).parent.name}.json"
-    r = subprocess.run([PY, "evaluate.py", "--model", str(model_dir), "--benchmarks", "maze", "--n", str(n),
-                        "--max_problems", str(mazes), "--out", str(out)], cwd=ROOT, env=ENV,
-                       capture_output=True, text=True, timeout=900)
+    r = launch.run([PY, "evaluate.py", "--model", str(model_dir), "--benchmarks", "maze", "--n", str(n),
+                    "--max_problems", str(mazes), "--out", str(out)], cwd=ROOT, env=ENV,
+                   capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stderr[-3000:]
     return json.loads(out.read_text())["benchmarks"]["maze"]["pass@k"]["1"]
 
@@ -297,12 +299,12 @@ def test_maze_rl_raises_heldout_pass_at_1(maze_sft, tmp_path):
     within a minute of CPU training. Both are strict, the default: it went from 0.15 to 0.23 in 40
     steps (from 0.04 to 0.09 with a weaker warm start, too close to call)."""
     out = tmp_path / "rl"
-    r = subprocess.run(train_cmd("--model", str(maze_sft), "--task", "maze", "--lr", "1e-4",
-                                 "--prompts_per_step", "32", "--mini_batch_prompts", "32", "--warmup_steps", "0",
-                                 "--group_size", "8", "--share_prompts", "true", "--micro_batch_size", "64",
-                                 "--steps", "40", "--save_every", "40", "--eval_mazes", "16", "--sample_every", "0",
-                                 "--gamma", "0.5", "--out_dir", str(out)),
-                       cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=1200)
+    r = launch.run(train_cmd("--model", str(maze_sft), "--task", "maze", "--lr", "1e-4",
+                             "--prompts_per_step", "32", "--mini_batch_prompts", "32", "--warmup_steps", "0",
+                             "--group_size", "8", "--share_prompts", "true", "--micro_batch_size", "64",
+                             "--steps", "40", "--save_every", "40", "--eval_mazes", "16", "--sample_every", "0",
+                             "--gamma", "0.5", "--out_dir", str(out)),
+                   cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=1200)
     assert r.returncode == 0, r.stderr[-3000:]
     rewards = [m["reward/mean"] for m in read_metrics(out)]
     assert 0 < rewards[0] < 1                                    # mixed groups from the start

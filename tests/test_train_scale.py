@@ -26,6 +26,7 @@ from transformers import Qwen2Config, Qwen2ForCausalLM
 import train
 from fgrpo_utils import distributed, memory_plan, policy, preflight, run_folder
 from rollout import Rollouts
+import launch
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "TRANSFORMERS_VERBOSITY": "error", "HF_HUB_OFFLINE": "1"}
@@ -282,12 +283,12 @@ def test_a_run_keeps_its_last_checkpoints(tmp_path, data):
              "--data", str(math_rows(data, tmp_path)), "--prompts_per_step", "2", "--mini_batch_prompts", "1",
              "--group_size", "2", "--max_response_len", "4", "--save_every", "1", "--keep_checkpoints", "2",
              "--sample_every", "0", "--out_dir", str(out)]
-    r = subprocess.run(flags + ["--steps", "4"], cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=600)
+    r = launch.run(flags + ["--steps", "4"], cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     assert sorted(p.name for p in (out / "ckpt").iterdir()) == ["step_000003", "step_000004"]
     assert (out / "final").is_dir()
-    r = subprocess.run(flags + ["--steps", "5", "--resume", "true"], cwd=ROOT, env=ENV, capture_output=True,
-                       text=True, timeout=600)
+    r = launch.run(flags + ["--steps", "5", "--resume", "true"], cwd=ROOT, env=ENV, capture_output=True,
+                   text=True, timeout=600)
     assert r.returncode == 0 and "resumed from step 4" in r.stdout, r.stderr[-3000:]
     assert sorted(p.name for p in (out / "ckpt").iterdir()) == ["step_000004", "step_000005"]
 
@@ -398,19 +399,19 @@ def test_auto_under_torchrun_without_cuda_stops_instead_of_running_on_the_cpu(ca
 def test_plan_flag_answers_fits_or_not_in_seconds(data, tmp_path):
     model = data / "models" / "qwen2.5-7b"
     plan = [sys.executable, "train.py", "--plan", "true", "--model", str(model)]
-    r = subprocess.run(plan, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=120)
+    r = launch.run(plan, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     last = r.stdout.strip().splitlines()[-1]
     m = re.fullmatch(r"per rank: ([\d.]+) GiB of 80\.0 GiB", last)
     assert m and float(m.group(1)) < 80, last
-    r = subprocess.run(plan + ["--grad_checkpointing", "false", "--micro_batch_tokens", "0", "--out_dir",
-                               str(tmp_path / "run")], cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=120)
+    r = launch.run(plan + ["--grad_checkpointing", "false", "--micro_batch_tokens", "0", "--out_dir",
+                           str(tmp_path / "run")], cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert "activations" in r.stderr and "--grad_checkpointing true" in r.stderr, r.stderr
     assert r.stdout.strip().splitlines()[-1].startswith("per rank: ")
     assert not (tmp_path / "run").exists()                                  # a plan writes nothing
-    r = subprocess.run([sys.executable, "train.py", "--plan", "true", "--model", str(tmp_path)], cwd=ROOT, env=ENV,
-                       capture_output=True, text=True, timeout=120)
+    r = launch.run([sys.executable, "train.py", "--plan", "true", "--model", str(tmp_path)], cwd=ROOT, env=ENV,
+                   capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and "--model" in r.stderr and "config.json" in r.stderr, r.stderr
 
 
@@ -456,8 +457,8 @@ def test_a_final_that_is_not_ours_is_refused_before_any_work(data, tmp_path, kin
         (out / "final").write_text("mine")
     else:
         (out / "final").symlink_to(mine, target_is_directory=True)
-    r = subprocess.run(tiny_math(data, out, "--steps", "1"), cwd=ROOT, env=ENV, capture_output=True, text=True,
-                       timeout=300)
+    r = launch.run(tiny_math(data, out, "--steps", "1"), cwd=ROOT, env=ENV, capture_output=True, text=True,
+                   timeout=300)
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "final" in r.stderr, r.stderr
     assert "step 1/" not in r.stdout                                       # no step ran
     if kind == "folder":
@@ -470,23 +471,23 @@ def test_a_final_that_is_not_ours_is_refused_before_any_work(data, tmp_path, kin
 @pytest.mark.slow
 def test_a_second_run_on_a_folder_in_use_is_refused_and_a_killed_run_resumes(data, tmp_path):
     out = tmp_path / "o"
-    first = subprocess.Popen(tiny_math(data, out, "--steps", "200", "--save_every", "1"), cwd=ROOT, env=ENV,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    first = launch.popen(tiny_math(data, out, "--steps", "200", "--save_every", "1"), cwd=ROOT, env=ENV,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.time() + 300
         while not list((out / "ckpt").glob("step_*")) and first.poll() is None and time.time() < deadline:
             time.sleep(0.2)
         assert first.poll() is None, first.stderr.read()[-2000:]
         for extra in ([], ["--resume", "true"]):                # fresh or resume: both refused while it runs
-            r = subprocess.run(tiny_math(data, out, "--steps", "3", *extra), cwd=ROOT, env=ENV, capture_output=True,
-                               text=True, timeout=300)
+            r = launch.run(tiny_math(data, out, "--steps", "3", *extra), cwd=ROOT, env=ENV, capture_output=True,
+                           text=True, timeout=300)
             assert r.returncode == 2 and "in use by another train.py run (pid" in r.stderr, (extra, r.stderr)
     finally:
         first.send_signal(signal.SIGKILL)
         first.wait()
     done = max(int(p.name[5:]) for p in (out / "ckpt").glob("step_*"))
-    r = subprocess.run(tiny_math(data, out, "--steps", str(done + 1), "--resume", "true"), cwd=ROOT, env=ENV,
-                       capture_output=True, text=True, timeout=300)
+    r = launch.run(tiny_math(data, out, "--steps", str(done + 1), "--resume", "true"), cwd=ROOT, env=ENV,
+                   capture_output=True, text=True, timeout=300)
     assert r.returncode == 0 and f"resumed from step {done}" in r.stdout, r.stderr[-2000:]
 
 
@@ -547,8 +548,8 @@ def test_a_file_named_like_a_checkpoint_is_refused(data, tmp_path):
     (out / "ckpt").mkdir(parents=True)
     (out / "ckpt" / "step_000006").write_text("mine")
     for extra in ([], ["--resume", "true"]):
-        r = subprocess.run(tiny_math(data, out, "--steps", "1", *extra), cwd=ROOT, env=ENV, capture_output=True,
-                           text=True, timeout=300)
+        r = launch.run(tiny_math(data, out, "--steps", "1", *extra), cwd=ROOT, env=ENV, capture_output=True,
+                       text=True, timeout=300)
         assert r.returncode == 2 and "ckpt/step_000006 is a file, not a checkpoint of ours" in r.stderr, r.stderr
     assert (out / "ckpt" / "step_000006").read_text() == "mine"
 
@@ -559,14 +560,14 @@ def test_a_users_metrics_or_run_json_in_a_fresh_out_dir_is_left_alone(data, tmp_
         out = tmp_path / name
         out.mkdir()
         (out / name).write_text("mine\n")
-        r = subprocess.run(tiny_math(data, out, "--steps", "1"), cwd=ROOT, env=ENV, capture_output=True, text=True,
-                           timeout=300)
+        r = launch.run(tiny_math(data, out, "--steps", "1"), cwd=ROOT, env=ENV, capture_output=True, text=True,
+                       timeout=300)
         assert r.returncode == 2 and f"holds {name}, which no train.py run wrote" in r.stderr, r.stderr
         assert (out / name).read_text() == "mine\n"
     out = tmp_path / "ours"                                   # our own, from a run without checkpoints: rewritten
     for _ in range(2):
-        r = subprocess.run(tiny_math(data, out, "--steps", "1", "--save_every", "5"), cwd=ROOT, env=ENV,
-                           capture_output=True, text=True, timeout=300)
+        r = launch.run(tiny_math(data, out, "--steps", "1", "--save_every", "5"), cwd=ROOT, env=ENV,
+                       capture_output=True, text=True, timeout=300)
         assert r.returncode == 0, r.stderr[-2000:]
         shutil.rmtree(out / "ckpt")
         shutil.rmtree(out / "final")
