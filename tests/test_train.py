@@ -208,8 +208,11 @@ def maze_sft(tmp_path_factory):
     """A small maze warm start: maze.py's SFT (7x7, 600 steps) of a policy of a quarter of its FLOPs
     (hidden size 128, not 256; 1.0M parameters) at lr 2e-3, in this process. Held-out strict pass@1
     about 0.15: sometimes right, so RL groups are mixed. maze.py's own policy (lr 1e-3, 0.22) took 14
-    minutes on one core, this one 5 (under 3 on two). 2 layers of 128 reached only 0.035, and 300
-    steps of maze.py's 0.04: there RL's first steps drift before they help, too slowly for a test."""
+    minutes on one core, this one 2.2 (its 600 steps are compute-bound: each process of the suite has a
+    core). Cheaper warm starts were too weak for test_maze_rl_raises_heldout_pass_at_1's 0.05 gain:
+    2 layers of 128 reached 0.035, 300 steps of maze.py's 0.04; 300 steps at lr 3e-3 0.03 (+0.04 after
+    RL), 400 at 2.5e-3 0.04 (+0.04), hidden 96 at 600 steps 0.06 (+0.03), against this one's 0.19
+    (+0.09), each one seed."""
     from dataclasses import asdict
     import maze
     out = tmp_path_factory.mktemp("maze") / "sft"
