@@ -15,7 +15,6 @@ iterate sets of strings in different orders, as two processes do. Not for a chil
 memory: a fork starts with the zygote's pages (its peak RSS read 33 MB above a fresh process's in
 tests/test_logp_memory.py), so those stay plain subprocesses.
 """
-import io
 import itertools
 import json
 import os
@@ -30,7 +29,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PRELOAD = ["torch", "torch.distributed.checkpoint", "torch.distributed.fsdp", "numpy", "safetensors.torch", "tqdm",
-           "transformers", "math_verify"]
+           "transformers", "transformers.models.auto.modeling_auto", "transformers.models.auto.tokenization_auto",
+           "transformers.models.qwen2.modeling_qwen2", "transformers.models.llama.modeling_llama", "math_verify"]
 # Variables a library reads when it is imported: a launch that sets them otherwise than the zygote cannot fork
 IMPORT_TIME = ("OMP_", "MKL_", "KMP_", "OPENBLAS", "TORCH", "CUDA", "HF_", "TRANSFORMERS", "TOKENIZERS", "PYTHON",
                "LD_")
@@ -49,8 +49,6 @@ def serve(fd):
             __import__(name)
         except ImportError:
             pass
-    import transformers
-    transformers.AutoModelForCausalLM, transformers.AutoTokenizer          # their lazy modules, loaded now
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)                  # waiters are reaped by the kernel
     control = socket.socket(fileno=fd)
     control.sendall(b"R")                                        # ready
@@ -95,9 +93,10 @@ def waiter(req, fds):
 
 def child(req, std):
     import atexit
+    import builtins
     import random
-    import runpy
     import traceback
+    import types
     for target, f in enumerate(std):
         os.dup2(f, target)
         os.close(f)
@@ -105,25 +104,26 @@ def child(req, std):
     os.environ.clear()
     os.environ.update(req["env"])
     unbuffered = req["unbuffered"] or bool(os.environ.get("PYTHONUNBUFFERED"))
-    sys.stdin = io.TextIOWrapper(io.FileIO(0, "r", closefd=False))
-    sys.stdout, sys.stderr = (io.TextIOWrapper(io.FileIO(fd, "w", closefd=False), write_through=unbuffered,
-                                               line_buffering=os.isatty(fd), errors=errs)
-                              for fd, errs in ((1, "strict"), (2, "backslashreplace")))
+    # the same stream objects (a library may hold them), now on the launch's descriptors, buffered as there
+    sys.stdout.reconfigure(line_buffering=os.isatty(1), write_through=unbuffered)
+    sys.stderr.reconfigure(line_buffering=True, write_through=unbuffered)
     random.seed()                                                 # as a fresh process: not the zygote's draws
-    argv = req["argv"]
-    code = 0
+    argv, code = req["argv"], 0
+    main = types.ModuleType("__main__")                            # what `python SCRIPT` runs the script as
+    main.__builtins__, sys.modules["__main__"] = builtins, main
     try:
         if argv[0] == "-c":
             sys.argv, sys.path[0] = ["-c", *argv[2:]], ""
-            exec(compile(argv[1], "<string>", "exec"), {"__name__": "__main__", "__builtins__": __builtins__})
+            exec(compile(argv[1], "<string>", "exec"), main.__dict__)
         else:
-            sys.argv, sys.path[0] = list(argv), str(Path(argv[0]).resolve().parent)
-            runpy.run_path(os.path.abspath(argv[0]), run_name="__main__")     # __main__.__file__ is absolute
+            path = os.path.abspath(argv[0])                        # __main__.__file__ is absolute, argv[0] as typed
+            sys.argv, sys.path[0], main.__file__ = list(argv), os.path.dirname(path), path
+            exec(compile(Path(path).read_bytes(), path, "exec"), main.__dict__)
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else 0 if e.code is None else 1
         if not isinstance(e.code, (int, type(None))):
             print(e.code, file=sys.stderr)
-    except BaseException:  # noqa: BLE001: what the interpreter prints for an uncaught exception
+    except BaseException:  # noqa: BLE001 (what the interpreter prints for an uncaught exception)
         traceback.print_exc()
         code = 1
     try:
@@ -213,7 +213,10 @@ class Launched:
         for f in close:
             os.close(f)
         self._reply, self._buf = mine, b""
-        self.pid = self._message(None)["pid"]
+        started = self._message(None)
+        if "pid" not in started:
+            raise RuntimeError(f"the zygote did not start {cmd}")
+        self.pid = started["pid"]
 
     def _message(self, timeout):
         """The waiter's next line ({"pid"} then {"status"}), or None if none came within timeout seconds."""
