@@ -74,6 +74,8 @@ def waiter(req, fds):
     if pid == 0:
         reply.close()
         child(req, std)
+    for f in std:                                                  # the launch alone holds its stdout and stderr
+        os.close(f)
     try:
         reply.sendall(json.dumps({"pid": pid}).encode() + b"\n")
     except OSError:
@@ -140,7 +142,7 @@ def child(req, std):
 
 class Zygote:
     def __init__(self, env, hash_seed):
-        mine, theirs = socket.socketpair()
+        mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)     # a request is one message
         self.env = env
         self.proc = subprocess.Popen([sys.executable, __file__, str(theirs.fileno())], pass_fds=[theirs.fileno()],
                                      env={**env, "PYTHONHASHSEED": str(hash_seed)}, cwd=ROOT,
