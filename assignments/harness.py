@@ -12,8 +12,8 @@ strings, lists, dicts; enc/dec), so grade.py reads them with weights_only=True.
 """
 import importlib
 import inspect
-import math
 import io
+import math
 import os
 import sys
 from pathlib import Path

@@ -510,18 +510,22 @@ def agree(a, b):
 def fixture_agrees(a, b):
     """Is parsed expected.json a the fixture b? agree on all but the RL run, whose metrics (float32 through
     a few updates) need only agree within harness.RL_TOL, as grade.judge_rl judges a hand-in's run."""
-    def split(f):
-        rest = {**f, "results": {k: v for k, v in f["results"].items() if k != harness.RL}}
-        return rest, [r["steps"] for r in f["results"][harness.RL]]
+    def rest(f):
+        return {**f, "results": {k: v for k, v in f["results"].items() if k != harness.RL}}
     try:
-        (a, rl_a), (b, rl_b) = split(a), split(b)
-    except (KeyError, TypeError, AttributeError):
+        runs = [(x["steps"], y["steps"])
+                for x, y in zip(a["results"][harness.RL], b["results"][harness.RL], strict=True)]
+        return agree(rest(a), rest(b)) and all(rl_steps_agree(got, want) for got, want in runs)
+    except (KeyError, TypeError, AttributeError, ValueError):         # ValueError: runs of unequal counts
         return False
-    return agree(a, b) and len(rl_a) == len(rl_b) and all(
-        isinstance(x, list) and len(x) == len(y) and all(
-            isinstance(s, dict) and s.get("task") == w["task"] and all(harness.rl_same(s.get(k), y, i, k)
-                                                                       for k in harness.RL_METRICS)
-            for i, (s, w) in enumerate(zip(x, y))) for x, y in zip(rl_a, rl_b))
+
+
+def rl_steps_agree(got, want):
+    """Each step of one RL run: the same task, and every metric within harness.rl_same of want's."""
+    return isinstance(got, list) and len(got) == len(want) and all(
+        isinstance(s, dict) and s.get("task") == w["task"] and all(harness.rl_same(s.get(k), want, i, k)
+                                                                   for k in harness.RL_METRICS)
+        for i, (s, w) in enumerate(zip(got, want)))
 
 
 def public_text(modules):

@@ -143,7 +143,6 @@ def child(req, std):
 class Zygote:
     def __init__(self, env, hash_seed):
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)     # a request is one message
-        self.env = env
         self.proc = subprocess.Popen([sys.executable, __file__, str(theirs.fileno())], pass_fds=[theirs.fileno()],
                                      env={**env, "PYTHONHASHSEED": str(hash_seed)}, cwd=ROOT,
                                      stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
@@ -187,27 +186,25 @@ class Launched:
     """What the tests use of subprocess.Popen: pid, poll, wait, send_signal, kill, communicate, returncode,
     stdout and stderr (file objects for subprocess.PIPE)."""
 
-    def __init__(self, cmd, cwd=None, env=None, stdin=None, stdout=None, stderr=None, text=False):
+    def __init__(self, cmd, cwd=None, env=None, stdout=None, stderr=None, text=False):
         env = dict(os.environ if env is None else env)
         argv, unbuffered = forkable(cmd)
         self.args, self.returncode, self.stdin = cmd, None, None
-        fds, close, self.stdout, self.stderr = [], [], None, None
-        for i, how in enumerate((stdin, stdout, stderr)):
-            if how == subprocess.PIPE and i > 0:
+        null = os.open(os.devnull, os.O_RDWR)
+        fds, close, pipes = [null], [null], {}                            # stdin: nothing to read
+        for i, how in ((1, stdout), (2, stderr)):
+            if how == subprocess.PIPE:
                 r, w = os.pipe()
                 fds.append(w)
                 close.append(w)
-                f = os.fdopen(r, "r" if text else "rb")
-                self.stdout, self.stderr = (f, self.stderr) if i == 1 else (self.stdout, f)
-            elif how == subprocess.DEVNULL or (i == 0 and how is None):
-                fds.append(os.open(os.devnull, os.O_RDWR))
-                close.append(fds[-1])
+                pipes[i] = os.fdopen(r, "r" if text else "rb")
+            elif how == subprocess.DEVNULL:
+                fds.append(null)
             elif how == subprocess.STDOUT and i == 2:
                 fds.append(fds[1])
-            elif hasattr(how, "fileno"):
-                fds.append(how.fileno())
             else:
-                fds.append(i)                                   # inherit ours
+                fds.append(how.fileno() if hasattr(how, "fileno") else i)      # a file, or ours
+        self.stdout, self.stderr = pipes.get(1), pipes.get(2)
         mine, theirs = socket.socketpair()
         zygote_for(env).send({"argv": argv, "cwd": str(cwd or os.getcwd()), "env": env, "unbuffered": unbuffered},
                              [theirs.fileno(), *fds])
@@ -286,7 +283,7 @@ def popen(cmd, cwd=None, env=None, stdin=None, stdout=None, stderr=None, text=Fa
     """subprocess.Popen(cmd, ...), forked from a zygote where it can be."""
     if forkable(cmd) is None or stdin not in (None, subprocess.DEVNULL):
         return subprocess.Popen(cmd, cwd=cwd, env=env, stdin=stdin, stdout=stdout, stderr=stderr, text=text)
-    return Launched(cmd, cwd, env, stdin, stdout, stderr, text)
+    return Launched(cmd, cwd, env, stdout, stderr, text)
 
 
 def run(cmd, cwd=None, env=None, capture_output=False, text=False, timeout=None, stdout=None, stderr=None,
