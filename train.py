@@ -94,6 +94,7 @@ class Config:
     micro_batch_size: int = 8         # at most this many sequences per forward pass (memory only: the math ignores it)
     micro_batch_tokens: int = 16384   # and at most this many tokens, padding included (0 = no cap); longer go alone
     padding_free: bool = True         # the update packs a micro-batch in one row without padding (logprob.pack)
+    attention: str = "loop"           # padding-free: "loop" (SDPA a sequence) | "varlen" (one kernel a layer; CUDA)
     share_prompts: bool = False       # forward each group's prompt once (logprob.pack; over padding_free); maze: ~5x
     steps: int = 1530                 # ~10 epochs of 39,202 prompts
     lr: float = 1e-6                  # AdamW's peak learning rate
@@ -116,7 +117,8 @@ class Config:
                                       # jobs share the cores: OpenMP spin-waits make oversubscription 10x slower
     grad_checkpointing: str = "auto"  # per decoder layer: "true" | "false" | "auto" (on for CUDA, off on the CPU)
     kv_cache_gb: float = 16.0         # TorchEngine: KV-cache budget per rank (it admits prompts to fit)
-    gpu_memory_utilization: float = 0.5   # vLLM on GPU: its share of the device while it samples
+    gpu_memory_utilization: float = 0.7   # vLLM on GPU: its share of the device while it samples (the largest
+                                      # that leaves 10% free for the 7B on 80 GiB: memory_plan)
     enforce_eager: bool = False       # vLLM on GPU: no torch.compile or CUDA graphs, if they fail (Model Runner V2
                                       # failing: VLLM_USE_V2_MODEL_RUNNER=0 instead)
     vllm_sleep_level: int = 2         # vLLM on GPU, during the update: 2 drops its weights (the sync rewrites
@@ -145,7 +147,7 @@ class Config:
         """The flags with a fixed set of values: __post_init__ refuses any other, --help lists them."""
         return {"task": tuple(TASKS), "engine": ("auto", "torch", "vllm"), "loss": tuple(CLIP_EPS),
                 "loss_agg": LOSS_AGG, "maze_reward": maze.RULES, "device": ("auto", "cpu", "cuda"),
-                "grad_checkpointing": ("auto", "true", "false")}
+                "grad_checkpointing": ("auto", "true", "false"), "attention": ("loop", "varlen")}
 
 # --task picks one row (a TaskEntry: fgrpo_utils/task.py). A new task: toy_task.py.
 TASKS = {
@@ -283,6 +285,7 @@ def rl_step(cfg, step, task, model, ref_model, engine, opt, *, pad, device, rank
     old_logp = back(pi_old)
     if world > 1:
         update_stats["balance/busiest_before"], update_stats["balance/busiest"] = busiest
+        update_stats["balance/lockstep"] = lockstep(cfg, mbs, world)
     watch.lap("train")
 
     # 6) weight sync, so the next rollouts come from the updated policy
@@ -418,38 +421,79 @@ def micro_batch(cfg, prompts, completions, mb, pad_id, device):
                 share_prompts=cfg.share_prompts, padding_free=cfg.padding_free)
 
 def micro_batches(cfg, prompts, completions, keep=None):
-    """The forward passes of one mini-batch on this rank: lists of sequence indices (of `keep`, when
-    given), longest first. A block (a sequence, or with --share_prompts a group: one row) is never split;
-    a micro-batch takes blocks up to --micro_batch_size sequences and --micro_batch_tokens tokens (rows x
-    the longest, padding included; --padding_free: their sum); a block over a cap goes alone. Sorting cuts
-    padding (the maze's 32 groups of 8 in micro-batches of 64: 23% in input order, 9% sorted). FSDP runs
-    collectives in every pass, so every rank must make as many: one with fewer gets empty ones ([]), idle
-    passes (micro_batch)."""
-    group = cfg.group_size if cfg.share_prompts else 1
-    blocks = [list(range(s, min(s + group, len(completions)))) for s in range(0, len(completions), group)]
-    if keep is not None:
-        keep = set(keep)
-        blocks = [b for b in blocks if b[0] in keep]
+    """The forward passes of one mini-batch on this rank: lists of sequence indices (of `keep`, when given).
+    FSDP's collectives make each pass wait for the slowest rank, so a mini-batch costs the sum over passes
+    of the largest rank's pass: every rank makes as many passes, K, the most any rank needs (all_max), its
+    rows cut into K of about equal cost, costliest first, so pass j is about as large on every rank (verl's
+    balanced micro-batches; token_bins). An empty pass ([]) is an idle one (micro_batch)."""
+    rows = pass_rows(cfg, prompts, completions, range(len(completions)) if keep is None else sorted(keep))
+    cap = cfg.micro_batch_tokens      # a pass holds <= micro_batch_size rows and, unless alone, <= cap tokens
+    lo = max(-(-len(rows) // cfg.micro_batch_size), -(-sum(min(p + c, cap) for _, p, c in rows) // cap) if cap else 0)
+    fewest = next(k for k in range(lo, len(rows) + 1) if token_bins(cfg, rows, k) is not None)
+    K = max(int(all_max(fewest)), 1)                     # one (idle) pass when no rank has anything live
+    bins = token_bins(cfg, rows, K) or token_bins(cfg, rows, fewest) + [[]] * (K - fewest)
+    return [[i for seqs, _, _ in b for i in seqs] for b in bins]
 
-    def shape(block):         # (prompt columns, completion columns) of its row in pack's layout
-        if cfg.share_prompts:
-            return 0, len(prompts[block[0]]) + sum(len(completions[i]) for i in block)
-        return len(prompts[block[0]]), len(completions[block[0]])
+def pass_rows(cfg, prompts, completions, seqs):
+    """The rows `seqs` make in pack's layout, longest first, as (sequences, prompt columns, completion columns):
+    a sequence each or, with --share_prompts, a group (its prompt once, then its N completions)."""
+    rows = [([i], len(prompts[i]), len(completions[i])) for i in seqs]
+    if cfg.share_prompts:
+        groups = {}
+        for i in seqs:
+            groups.setdefault(i // cfg.group_size, []).append(i)
+        rows = [(g, 0, len(prompts[g[0]]) + sum(len(completions[i]) for i in g)) for g in groups.values()]
+    return sorted(rows, key=lambda r: -r[1] - r[2])
 
-    blocks.sort(key=lambda b: -sum(shape(b)))
-    flat = cfg.padding_free and not cfg.share_prompts
-    out, cur, rows, lp, lc, n = [], [], 0, 0, 0, 0    # the micro-batch being filled: sequences, rows, widths, tokens
-    for b in blocks:
-        p, c = shape(b)
-        too_many = len(cur) + len(b) > cfg.micro_batch_size
-        tokens = n + p + c if flat else (rows + 1) * (max(lp, p) + max(lc, c))
-        if cur and (too_many or cfg.micro_batch_tokens and tokens > cfg.micro_batch_tokens):
-            out.append(cur)
-            cur, rows, lp, lc, n = [], 0, 0, 0, 0
-        cur, rows, lp, lc, n = cur + b, rows + 1, max(lp, p), max(lc, c), n + p + c
-    if cur or not out:
-        out.append(cur)                    # [] when every group is skipped: one empty pass
-    return out + [[]] * (int(all_max(len(out))) - len(out))
+def pass_tokens(cfg, rows):
+    """The tokens a pass of `rows` forwards: their sum (--padding_free), else rows x the longest row."""
+    if not rows or (cfg.padding_free and not cfg.share_prompts):
+        return sum(p + c for _, p, c in rows)
+    return len(rows) * (max(r[1] for r in rows) + max(r[2] for r in rows))
+
+def token_bins(cfg, rows, K):
+    """`rows` (pass_rows') cut into K passes of about equal pass_tokens, costliest first, or None if they need
+    more. A pass holds <= --micro_batch_size sequences and <= --micro_batch_tokens tokens, or one row alone.
+    Padding-free: each row, longest first, into the cheapest pass it fits (LPT). Padded, or where that fails:
+    runs of the sorted rows, each within the lowest cost that needs <= K runs, as mixing lengths adds
+    padding (the maze's 32 groups of 8 in passes of 64: 9% padding sorted, 23% in input order)."""
+    size, cap = cfg.micro_batch_size, cfg.micro_batch_tokens
+    by_cost = lambda b: -pass_tokens(cfg, b)                                         # noqa: E731
+    if cfg.padding_free and not cfg.share_prompts:
+        bins, load = [[] for _ in range(K)], [0] * K
+        for row in rows:
+            t = row[1] + row[2]
+            to = [j for j in range(K) if not bins[j] or len(bins[j]) < size and not (cap and load[j] + t > cap)]
+            if not to:
+                break
+            j = min(to, key=load.__getitem__)
+            bins[j].append(row)
+            load[j] += t
+        else:
+            return sorted(bins, key=by_cost)
+
+    def runs(T):
+        out = []
+        for row in rows:
+            b = out[-1] + [row] if out else []
+            grow = b and sum(len(r[0]) for r in b) <= size and pass_tokens(cfg, b) <= min(T, cap or T)
+            out[-1:] = [b] if grow else out[-1:] + [[row]]
+        return out
+    cut = runs(least(lambda T: len(runs(T)) <= K, 0, pass_tokens(cfg, rows)))
+    return None if len(cut) > K else sorted(cut + [[] for _ in range(K - len(cut))], key=by_cost)
+
+def least(ok, lo, hi):
+    """The least x in [lo, hi] with ok(x), for ok false then true (binary search; hi if none)."""
+    while lo < hi:
+        lo, hi = (lo, (lo + hi) // 2) if ok((lo + hi) // 2) else ((lo + hi) // 2 + 1, hi)
+    return hi
+
+def lockstep(cfg, mbs, world):
+    """balance/lockstep: the update's passes, each waiting for its slowest rank, cost sum_j max_r tokens(r, j):
+    that over sum_j mean_r tokens(r, j) (1: pass j as large on every rank). mbs: balance_ranks'. Collective."""
+    costs = torch.tensor([float(pass_tokens(cfg, pass_rows(cfg, P, C, mb))) for P, C, adv, _ in mbs
+                          for mb in micro_batches(cfg, P, C, live_rows(cfg, adv))], dtype=torch.float64)
+    return float(world * all_max(costs).sum() / all_sum(costs).sum().clamp(min=1))
 
 class NonFinite(RuntimeError):
     """A NaN or inf on its way to the weights: the run stops (exit 1) before any step, checkpoint or export."""

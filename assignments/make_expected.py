@@ -421,11 +421,11 @@ def update(g):
                   "world": world}, name, atol=1e-9, rtol=1e-9, **deps)
            for name, kw, o, a, world in specs]
     out[0]["saved_bytes"] = True        # what autograd holds at once: one micro-batch's graph, not all three
-    # Two real ranks, FSDP2: rank 1 holds the group without signal, so it has fewer live rows, fewer
-    # passes than rank 0, and one empty pass (weight 0) to pair with rank 0's last; the loss divides by
-    # counts summed over both ranks, and the metrics are global.
+    # Two real ranks, FSDP2: rank 1 holds the group without signal, so it has half rank 0's live rows; one
+    # row a pass, every rank makes rank 0's count, so rank 1 runs empty passes (weight 0) to pair with rank
+    # 0's; the loss divides by counts summed over both ranks, and the metrics are global.
     out.append(check("update", "train.update_minibatch", [model, None, prompts, completions, A, old],
-                     {"on_policy": False, "cfg": {"namespace": {**base, "micro_batch_size": 2}}, "pad_id": 0,
+                     {"on_policy": False, "cfg": {"namespace": {**base, "micro_batch_size": 1}}, "pad_id": 0,
                       "device": "cpu", "world": 2}, "2 ranks, one with an empty pass", atol=1e-9, rtol=1e-9,
                      ranks=2, shares=[list(range(0, N)) + list(range(2 * N, 3 * N)),     # its empty pass: an idle
                                       list(range(3 * N, 4 * N)) + list(range(N, 2 * N))],  # two-token row, weight 0

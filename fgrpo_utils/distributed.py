@@ -49,13 +49,13 @@ def print0(*args):
         print(*args, flush=True)
 
 def all_sum(x):
-    """Sum a float or tensor over ranks (as float64 on the CPU, so gloo and nccl both work)."""
-    t = torch.as_tensor(x, dtype=torch.float64, device=_comm_device())
+    """Sum a float or tensor over ranks (as float64 on the CPU, so gloo and nccl both work); x is left as it was."""
+    t = torch.as_tensor(x, dtype=torch.float64).to(_comm_device(), copy=True)   # as_tensor alone may alias x
     dist.all_reduce(t)
     return t.cpu()
 
 def all_max(x):
-    t = torch.as_tensor(x, dtype=torch.float64, device=_comm_device())
+    t = torch.as_tensor(x, dtype=torch.float64).to(_comm_device(), copy=True)
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
     return t.cpu()
 

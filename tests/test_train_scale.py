@@ -72,7 +72,7 @@ def lengths_fixture(n=24, group=4, seed=0):
 @pytest.mark.parametrize("share,flat", [(False, False), (True, False), (False, True)])
 @pytest.mark.parametrize("rows,tokens", [(8, 0), (8, 100), (3, 100), (64, 40), (64, 1)])
 def test_micro_batches_keep_rows_whole_and_within_both_caps(group, share, flat, rows, tokens):
-    """Whole groups (--share_prompts) or sequences, longest first, within --micro_batch_size and
+    """Whole groups (--share_prompts) or sequences, costliest pass first, within --micro_batch_size and
     --micro_batch_tokens: padded tokens (rows x the longest), or with --padding_free the real ones."""
     prompts, completions = lengths_fixture()
     cfg = SimpleNamespace(group_size=4, share_prompts=share, padding_free=flat, micro_batch_size=rows,
@@ -80,7 +80,7 @@ def test_micro_batches_keep_rows_whole_and_within_both_caps(group, share, flat, 
     mbs = train.micro_batches(cfg, prompts, completions)
     assert sorted(i for mb in mbs for i in mb) == list(range(len(completions)))      # each sequence once
     block = 4 if share else 1
-    widths = []
+    costs = []
     for mb in mbs:
         blocks = [mb[j:j + block] for j in range(0, len(mb), block)]
         assert all(b == list(range(b[0], b[0] + block)) and b[0] % block == 0 for b in blocks)  # whole groups
@@ -93,21 +93,24 @@ def test_micro_batches_keep_rows_whole_and_within_both_caps(group, share, flat, 
                                                           + max(len(completions[i]) for i in mb))
         if len(blocks) > 1:                                   # a block over a cap goes alone
             assert len(mb) <= rows and (not tokens or padded <= tokens), (mb, padded)
-        widths.append(max(row_len))
-    assert widths == sorted(widths, reverse=True)             # longest first
+        costs.append(padded)
+    assert costs == sorted(costs, reverse=True)               # costliest first
     if tokens == 1:
         assert len(mbs) == len(completions) // block          # every row alone
 
 
 def test_micro_batches_pad_to_the_busiest_rank(group, monkeypatch):
-    """FSDP needs the same number of passes on every rank: the count is the max over ranks, and the
-    missing ones are empty (run with weight 0)."""
+    """FSDP needs the same number of passes on every rank: the count is the max over ranks, this rank's
+    rows spread over them, and only passes it has no row for are empty (run with weight 0)."""
     prompts, completions = lengths_fixture(8, 4)
     cfg = SimpleNamespace(group_size=4, share_prompts=False, padding_free=True, micro_batch_size=8,
                           micro_batch_tokens=0)
     monkeypatch.setattr(train, "all_max", lambda x: torch.tensor(3.0, dtype=torch.float64))
-    assert train.micro_batches(cfg, prompts, completions) == [sorted(range(8), key=lambda i: -len(completions[i])
-                                                                     - len(prompts[i])), [], []]
+    mbs = train.micro_batches(cfg, prompts, completions)
+    assert len(mbs) == 3 and all(mbs) and sorted(sum(mbs, [])) == list(range(8))
+    monkeypatch.setattr(train, "all_max", lambda x: torch.tensor(9.0, dtype=torch.float64))
+    assert train.micro_batches(cfg, prompts, completions) == [[i] for i in sorted(
+        range(8), key=lambda i: -len(completions[i]) - len(prompts[i]))] + [[]]
 
 
 @pytest.mark.parametrize("world", [2, 3, 8])
@@ -324,7 +327,7 @@ def test_cuda_on_a_cpu_only_torch_is_refused_in_one_line(capsys, monkeypatch, tm
 
 
 @pytest.mark.parametrize("flag,value", [("enforce_eager", True), ("vllm_sleep_level", 1),
-                                        ("gpu_memory_utilization", 0.7)])
+                                        ("gpu_memory_utilization", 0.6)])
 def test_vllm_gpu_flags_are_refused_where_they_cannot_act(flag, value, capsys, monkeypatch, tmp_path):
     """--enforce_eager, --vllm_sleep_level and --gpu_memory_utilization act on vLLM on CUDA only: with
     TorchEngine or on the CPU they are refused before any work, not recorded in run.json as if they
