@@ -16,20 +16,27 @@ it. The default --budget_s (300 s) leaves room for a rerun inside 15 minutes of 
     GiB as train.py's --gpu_memory_utilization 0.5 on an 80 GiB device. It runs in a subprocess, in
     --vllm_s at most; when a step fails it is rerun with VLLM_USE_V2_MODEL_RUNNER=0, then with
     --enforce_eager true as well. Without vLLM: "skipped: vLLM not installed", and the other parts run.
-(c) update: train.py's update (FSDP2, bf16 compute, fp32 master, checkpointed layers, the chunked
-    head, clip + AdamW: train.clip_and_step) at the 7B's widths with 2 and 4 layers. Shapes: 1 x 9,216
-    tokens, and 2 x 8,192 and 8 x 2,048 with mixed lengths (the longest row the full length, the others
-    seeded at 40-100% of it), each in BOTH of the update's layouts (logprob.pack): "padded" (one row a
-    sequence, a 4-D bool mask, the padding forwarded too) and "padding_free" (one row, no mask, each
-    sequence's attention on its own). Per shape, layout and layer count: real and padded tokens; the
+(c) update: first one layer's attention alone at the 7B's heads, --attention loop against varlen on one
+    padding-free row of 16,384 tokens cut into 1, 8 and 64 sequences: ms of forward + backward and how far
+    varlen's output and gradients are from the loop's (CUDA only: "skipped: varlen needs CUDA" elsewhere).
+    Then train.py's update (FSDP2, bf16 compute, fp32 master, checkpointed layers, the chunked head, clip +
+    AdamW: train.clip_and_step) at the 7B's widths with 1, 2 and 4 layers. Shapes: 1 x 9,216 tokens, and
+    2 x 8,192 and 8 x 2,048 with mixed lengths (the longest row the full length, the others seeded at
+    40-100% of it), each in the update's layouts (logprob.pack): "padded" (one row a sequence, a 4-D bool
+    mask, the padding forwarded too), "padding_free" (one row, no mask, each sequence's attention on its
+    own) and, where varlen ran, "padding_free_varlen" (the same with --attention varlen, its log-probs
+    beside the loop's on the same weights). Per shape, layout and layer count: real and padded tokens; the
     median seconds of --update_iters timed iterations (forward, backward, clip, AdamW step, zero_grad),
-    after one warm-up iteration that also creates AdamW's state; the peak memory over the timed
-    iterations (so the optimizer state and its step are in it) beside memory_plan.plan's figure for
-    train.py with the same flags; MFU = 6 x non-embedding weights x real tokens / time / peak (the head
-    on completion tokens only: see update_flops). Time, peak, plan and FLOPs are each linear in the
-    layer count, so extrapolated from the two counts' medians to 28 layers.
+    after one warm-up iteration that also creates AdamW's state, run under torch.profiler to name the
+    attention kernels that ran; the peak memory over the timed iterations, allocated and reserved (the
+    caching allocator's), so the optimizer state and its step are in it, beside memory_plan.plan's figure
+    for train.py with the same flags; MFU = 6 x non-embedding weights x real tokens / time / peak (the head
+    on completion tokens only: see update_flops). Time, peaks, plan and FLOPs are each linear in the layer
+    count, so fitted by least squares over the counts and extrapolated to 28 layers; a fit that slopes down
+    or lands below the largest count's measurement is noise, not a trend: "timing (or memory) too noisy to
+    extrapolate", and the measured figures stand.
 (d) engine: TorchEngine rollouts of the 28-layer 7B shape in bf16 with its 16 GiB KV budget:
-    tokens/s and peak memory beside memory_plan.plan's rollout-engine row.
+    tokens/s and peak memory, allocated and reserved, beside memory_plan.plan's rollout-engine row.
 (e) check: bench/gpu_check.py in what is left of --budget_s, if that is 2 minutes or more.
 Everything runs on torch 2.11 / transformers 5.17 as well as the pinned 2.13 / 5.19.
 """
@@ -43,6 +50,7 @@ import sys
 import tempfile
 import time
 import traceback
+from contextlib import nullcontext
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from types import SimpleNamespace
@@ -50,7 +58,9 @@ from types import SimpleNamespace
 import torch
 import torch.distributed as dist
 import transformers
+from torch.profiler import ProfilerActivity, profile
 from transformers import Qwen2Config, Qwen2ForCausalLM
+from transformers.models.qwen2.modeling_qwen2 import Qwen2Attention
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(1, str(Path(__file__).resolve().parent))             # gpu_check, beside it
@@ -81,7 +91,7 @@ class Config:
     vllm_gib: float = 40.0        # (b) vLLM's memory, as train.py's default share of an 80 GiB device
     vllm_sleep_level: int = 2     # (b) as train.py's --vllm_sleep_level
     enforce_eager: bool = False   # (b) as train.py's --enforce_eager (the retries set it themselves)
-    layers: tuple[int, ...] = (2, 4)   # (c) decoder layers at the 7B's widths
+    layers: tuple[int, ...] = (1, 2, 4)   # (c) decoder layers at the 7B's widths: three, for a least-squares line
     update_iters: int = 3         # (c) timed iterations per shape and layout, after one warm-up
     engine_prompts: int = 16      # (d) prompts x N = 8 samples, 512 new tokens
     peak_tflops: float = 0.0      # dense bf16 peak for MFU; 0 = from the GPU's name (gpu_check.PEAK_TFLOPS)
@@ -97,8 +107,8 @@ class Config:
         check_min(self, 1, "budget_s", "vllm_s", "rows", "prompt_len", "new_tokens", "engine_prompts")
         check_min(self, 2, "update_iters")
         check_min(self, 0, "threads", "seed", "peak_tflops", "vllm_gib")
-        check(len(set(self.layers)) >= 2 and min(self.layers) >= 1,
-              f"--layers {' '.join(map(str, self.layers))}: need two layer counts >= 1 to extrapolate")
+        check(len(set(self.layers)) >= 3 and min(self.layers) >= 1,
+              f"--layers {' '.join(map(str, self.layers))}: need three layer counts >= 1 to extrapolate")
         for part in PARTS:
             check_out_file(Path(self.out_dir) / f"gpu_contact_{part}.json", "--out_dir", SCRIPT)
 
@@ -278,9 +288,15 @@ def vllm_cycle(cfg, device, record):
             record(f"cycle{cycle}_sleep_s", time.perf_counter() - t)
             record(f"cycle{cycle}_device_freed_gib", None if before is None else before - device_used_gib(device))
             record(f"cycle{cycle}_host_rss_added_gib", host_rss_gib() - rss)
+            if device.type == "cuda":         # the update's freed blocks: VLLMEngine._wake must give them back
+                torch.empty(8 * GiB, dtype=torch.uint8, device=device)
+                record(f"cycle{cycle}_torch_reserved_before_wake_gib", torch.cuda.memory_reserved(device) / GiB)
             t = time.perf_counter()
             engine.wake_up()
             record(f"cycle{cycle}_wake_s", time.perf_counter() - t)
+            if device.type == "cuda":         # the plan's "PyTorch's free blocks": reserved - allocated here
+                record(f"cycle{cycle}_torch_free_blocks_after_wake_gib",
+                       (torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)) / GiB)
             record(f"cycle{cycle}_sync_s", sync_weights(model, engine))
             again = generate(f"cycle{cycle}_generate")
             record(f"cycle{cycle}_same_samples", sum(a == b for a, b in zip(again.token_ids, first.token_ids)) / cfg.rows)
@@ -309,6 +325,11 @@ def run_vllm_alone(cfg, device):
 # (c) the update at the 7B's widths
 
 LAYOUTS = ("padded", "padding_free")     # logprob.pack's two layouts for the update (train.py --padding_free)
+VARLEN_LAYOUT = "padding_free_varlen"    # the padding-free one with train.py --attention varlen (CUDA)
+ATTENTION_WORDS = ("flash", "fmha", "attention", "attn", "sdpa", "varlen")   # in an attention kernel's name
+VARLEN_TOKENS, VARLEN_SEQS = 16384, (1, 8, 64)   # one row of --micro_batch_tokens, cut into equal sequences
+VARLEN_TOL = 0.02           # varlen's outputs and gradients within 2% of the loop's largest entry: see varlen_vs_loop
+LOGP_TOL = 0.01             # and its log-probs within 0.01 nats on average: see measure_layouts
 
 
 def update_sequences(rows, T, vocab, seed):
@@ -341,59 +362,140 @@ def update_flops(non_embedding, head, tokens, completion_tokens):
     return 6 * (non_embedding - head) * tokens + 6 * head * completion_tokens
 
 
-def time_update(model, opt, batch, iters, device):
-    """One warm-up iteration (kernel choice, allocator growth; the first one also creates AdamW's state),
+def time_update(model, opt, batch, iters, device, profiled=False):
+    """The caching allocator emptied (what it then reserves is this batch's), one warm-up iteration (kernel
+    choice, allocator growth; the first one also creates AdamW's state; `profiled`: under torch.profiler),
     then the peak-memory statistics reset and `iters` timed ones, each train.py's: forward, backward,
     train.clip_and_step (clip, AdamW step, zero_grad). A token mean of -logp stands in for policy_loss
     (elementwise on logp: the same graph up to pointwise ops); H is computed, without gradient, as train.py's
-    default --entropy_coef 0 does. -> (seconds of each timed iteration, peak GiB over them, None on the CPU)."""
-    clip = SimpleNamespace(grad_clip=train.Config.grad_clip)
+    default --entropy_coef 0 does. -> (seconds of each timed iteration, peak GiB allocated and reserved over
+    them (None on the CPU), the attention kernels (CUDA) or ops (CPU) that ran (None unless profiled))."""
+    clip, cuda = SimpleNamespace(grad_clip=train.Config.grad_clip), device.type == "cuda"
 
     def iteration():
         logp, _ = policy_logp(model, batch, 1.0, entropy=True)
         (-logp.sum() / batch["completion_mask"].sum()).backward()
         train.clip_and_step(model, opt, clip, 1e-6)
-        if device.type == "cuda":
+        if cuda:
             torch.cuda.synchronize()
-    iteration()
-    if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(device)
+    if cuda:
+        torch.cuda.empty_cache()
+    activities = [ProfilerActivity.CPU] + [ProfilerActivity.CUDA] * cuda
+    with profile(activities=activities) if profiled else nullcontext() as p:
+        iteration()
+    kernels = sorted({e.name[:160] for e in p.events() if any(w in e.name.lower() for w in ATTENTION_WORDS)}) \
+        if profiled else None
+    if cuda:
+        torch.cuda.reset_peak_memory_stats(device)      # allocated and reserved
     times = []
     for _ in range(iters):
         t = time.perf_counter()
         iteration()
         times.append(time.perf_counter() - t)
-    return times, torch.cuda.max_memory_allocated(device) / GiB if device.type == "cuda" else None
+    peaks = [f(device) / GiB if cuda else None
+             for f in (torch.cuda.max_memory_allocated, torch.cuda.max_memory_reserved)]
+    return times, *peaks, kernels
 
 
-def extrapolate(entry, lo, hi, peak):
-    """entry["extrapolated_28_layers"]: each figure a + b x layers through the lo and hi layer counts'
-    (seconds from their medians), and MFU from the extrapolated FLOPs and seconds."""
+FIT = ("seconds", "peak_gib", "peak_reserved_gib", "plan_gib", "params", "non_embedding_params", "flops")
+
+
+def fit_to(xs, ys, at=28):
+    """ys = a + b xs by least squares over the layer counts xs (ascending), at `at` layers; None where the
+    line slopes down or lands below the largest count's measurement: noise (a CPU's timings, a GPU's at a
+    few layers: the first CPU run's 28-layer time came out negative), not a trend, as every figure here
+    grows with the layers."""
+    b, a = statistics.linear_regression(xs, ys)
+    return a + b * at if b >= 0 and a + b * at >= ys[-1] else None
+
+
+def extrapolate(entry, peak):
+    """entry["extrapolated_28_layers"]: each figure fitted over the layer counts measured so far (two or
+    more; seconds from their medians), and MFU from the fitted FLOPs and seconds. A figure fit_to refuses
+    is None, and a note says so: the measured figures stand."""
     f = entry["layers"]
-    if str(lo) not in f or str(hi) not in f:
+    xs = sorted(map(int, f))
+    if len(xs) < 2:
         return
-    a, b = f[str(lo)], f[str(hi)]
-    at28 = {k: a[k] + (b[k] - a[k]) / (hi - lo) * (28 - lo) for k in
-            ("seconds", "peak_gib", "plan_gib", "params", "non_embedding_params", "flops") if a[k] is not None}
-    at28["tok_s"] = entry["tokens"] / at28["seconds"]
-    at28["mfu"] = at28["flops"] / at28["seconds"] / 1e12 / peak if peak else None
+    at28 = {k: fit_to(xs, [f[str(x)][k] for x in xs]) for k in FIT if f[str(xs[0])][k] is not None}
+    noisy = sorted({"timing" if k == "seconds" else "memory" if "gib" in k else k for k in at28 if at28[k] is None})
+    if noisy:
+        at28["note"] = (f"{' and '.join(noisy)} too noisy to extrapolate (the fit slopes down or lands below the "
+                        f"{xs[-1]}-layer figure): the measured figures stand")
+    s = at28.get("seconds")
+    at28["tok_s"] = entry["tokens"] / s if s else None
+    at28["mfu"] = at28["flops"] / s / 1e12 / peak if peak and s else None
     entry["extrapolated_28_layers"] = at28
 
 
-def measure_layouts(cfg, device, model, opt, counts, rows, T, layers, peak):
-    """{layout: figures} of one shape at one layer count: the same sequences in both layouts."""
+def varlen_vs_loop(cfg, device, record):
+    """(c)'s first sub-part: one layer's attention alone at the 7B's heads (28 query, 4 KV, 128 wide, bf16),
+    policy.attention's loop (an SDPA call a sequence) against policy.varlen_attention (one call a row) on
+    one row of 16,384 tokens (--micro_batch_tokens: the same total tokens throughout) cut into 1, 8 and 64
+    equal sequences. Per cut: the median ms of forward + backward over 5 runs after a warm-up, and how far
+    varlen's output and q, k, v gradients are from the loop's, max |difference| / the loop's max |entry|.
+    They agree within 2% (VARLEN_TOL): bf16 keeps 8 bits of mantissa (a step of 2^-8 = 0.4% of a value),
+    and both are flash kernels accumulating in fp32 that differ in tiling and order only, a few ulps apart
+    (CPU stand-ins of the two paths differed by 0.3-0.7%); a sequence that sees one token of its
+    neighbour moves that query's output by a sizeable fraction of the values (~25% and more)."""
+    if device.type != "cuda":
+        return {"status": "skipped: varlen needs CUDA"}
+    if importlib.util.find_spec("torch.nn.attention.varlen") is None:
+        return {"status": f"skipped: torch {torch.__version__} has no torch.nn.attention.varlen"}
+    config, T, out = shape_config(cfg), VARLEN_TOKENS, {"status": "running"}
+    with torch.device("meta"):
+        module = Qwen2Attention(config, 0)              # what both functions read of a layer: heads, is_causal
+    H, KV, D = config.num_attention_heads, config.num_key_value_heads, config.hidden_size // config.num_attention_heads
+    g = torch.Generator(device).manual_seed(cfg.seed)
+    for n in VARLEN_SEQS:
+        segments = tuple(range(0, T + 1, T // n))
+        q, k, v, grad = (torch.randn(*shape, device=device, dtype=torch.bfloat16, generator=g)
+                         for shape in ((1, H, T, D), (1, KV, T, D), (1, KV, T, D), (1, T, H, D)))
+        got = {}
+        for name, fn in (("loop", policy.attention), ("varlen", policy.varlen_attention)):
+            x, times = [t.clone().requires_grad_() for t in (q, k, v)], []
+            for _ in range(6):                           # a warm-up, then 5 timed
+                for leaf in x:
+                    leaf.grad = None
+                start = time.perf_counter()
+                o = fn(module, *x, None, scaling=D ** -0.5, segments=segments)[0]
+                o.backward(grad)
+                torch.cuda.synchronize()
+                times.append(time.perf_counter() - start)
+            got[name] = statistics.median(times[1:]) * 1e3, [o.detach()] + [t.grad for t in x]
+        rel = {key: float((a.float() - b.float()).abs().max() / b.float().abs().max())
+               for key, a, b in zip(("out", "dq", "dk", "dv"), got["varlen"][1], got["loop"][1])}
+        out[f"{n}x{T // n}"] = {"loop_ms": got["loop"][0], "varlen_ms": got["varlen"][0],
+                                "speedup": got["loop"][0] / got["varlen"][0], "rel_max_abs_diff": rel,
+                                "agree": max(rel.values()) <= VARLEN_TOL}
+        record("varlen", out)
+    return {**out, "status": "ok"}
+
+
+def measure_layouts(cfg, device, model, opt, counts, rows, T, layers, peak, layouts=LAYOUTS):
+    """{layout: figures} of one shape at one layer count: the same sequences in each layout. VARLEN_LAYOUT's
+    log-probs are set beside the loop's on the same weights, before its timing steps them: within LOGP_TOL
+    nats on average over the completion tokens, as the trainer and vLLM agree in bf16 (~1e-2, DESIGN.md),
+    where a sequence that sees its neighbours moves them by 1e-1 (tests/test_gpu_path.py)."""
     config = model.config
     prompts, completions = update_sequences(rows, T, config.vocab_size, rows)
     tokens, completion = sum(map(len, prompts)) + sum(map(len, completions)), sum(map(len, completions))
     gpu_gib = torch.cuda.get_device_properties(device).total_memory / GiB if device.type == "cuda" else 80.0
     params, embedding, head = counts
     out = {}
-    for layout in LAYOUTS:
-        batch = pack(prompts, completions, 0, device, padding_free=layout == "padding_free")
-        times, peak_gib = time_update(model, opt, batch, cfg.update_iters, device)
+    for layout in layouts:
+        batch, diff = pack(prompts, completions, 0, device, padding_free=layout != "padded"), None
+        if layout == VARLEN_LAYOUT:
+            with torch.no_grad():
+                want = policy_logp(model, batch)[0]
+                diff = (policy_logp(use_attention(model, "varlen"), batch)[0] - want).abs()
+        # the kernels are the same at every layer count: profiled at the first (the profiler costs seconds)
+        times, peak_gib, reserved_gib, kernels = time_update(model, opt, batch, cfg.update_iters, device,
+                                                             profiled=layers == min(cfg.layers))
+        use_attention(model)
         p = plan_for(cfg, device, gpu_gib, engine="torch", layers=layers, max_prompt_len=len(prompts[0]),
                      max_response_len=T - len(prompts[0]), micro_batch_size=rows, micro_batch_tokens=rows * T,
-                     padding_free=layout == "padding_free")
+                     padding_free=layout != "padded")
         trainer = [r for r in p.rows if r.name != "CUDA runtime" and not r.name.startswith("rollout engine")]
         plan = {k: sum(getattr(r, k) for r in trainer) for k in ("update", "step")}
         seconds = statistics.median(times)
@@ -403,8 +505,11 @@ def measure_layouts(cfg, device, model, opt, counts, rows, T, layers, peak):
             "params": params, "embedding_params": embedding, "non_embedding_params": params - embedding,
             "flops": flops, "iteration_s": times, "seconds": seconds, "tok_s": tokens / seconds,
             "tflop_s": flops / seconds / 1e12, "mfu": flops / seconds / 1e12 / peak if peak else None,
-            "peak_gib": peak_gib, "plan_update_gib": plan["update"], "plan_step_gib": plan["step"],
-            "plan_gib": max(plan.values())}
+            "peak_gib": peak_gib, "peak_reserved_gib": reserved_gib, "plan_update_gib": plan["update"],
+            "plan_step_gib": plan["step"], "plan_gib": max(plan.values()), "attention_kernels": kernels}
+        if diff is not None:
+            mean = float(diff.sum() / batch["completion_mask"].sum())
+            out[layout].update(logp_diff_vs_loop={"max": float(diff.max()), "mean": mean, "agree": mean <= LOGP_TOL})
     return out
 
 
@@ -412,10 +517,17 @@ def part_update(cfg, device, clock, deadline, peak, record):
     """(c): for each layer count a model, then each shape in both layouts; the JSON is rewritten
     (record) after each shape, so a failure at a later shape keeps the earlier ones."""
     shapes = TINY_SHAPES if cfg.tiny else UPDATE_SHAPES
-    counts_ = sorted(set(cfg.layers))
-    lo, hi = counts_[0], counts_[-1]
+    try:
+        varlen = varlen_vs_loop(cfg, device, record)
+    except Exception as e:  # noqa: BLE001   a finding; the update's shapes still run, with the loop only
+        varlen = {"status": f"error: {type(e).__name__}: {e}"[:500], "traceback": traceback.format_exc()[-3000:]}
+    record("varlen", varlen)
+    clock("update: varlen vs loop: " + ", ".join([varlen["status"]] + [
+        f"{k} {v['loop_ms']:.1f} / {v['varlen_ms']:.1f} ms" + ("" if v["agree"] else " (DISAGREE)")
+        for k, v in varlen.items() if isinstance(v, dict) and "loop_ms" in v]))
+    layouts = LAYOUTS + ((VARLEN_LAYOUT,) if varlen["status"] == "ok" else ())
     out = {}
-    for layers in counts_:
+    for layers in sorted(set(cfg.layers)):
         model = random_model(shape_config(cfg, layers), device, torch.float32)
         counts = param_counts(model)
         if device.type == "cuda":                                     # as train.build: --grad_checkpointing auto
@@ -426,23 +538,24 @@ def part_update(cfg, device, clock, deadline, peak, record):
             if time.perf_counter() > deadline:
                 record("stopped", f"budget: before {layers} layers, {rows} x {T}")
                 break
-            figs = measure_layouts(cfg, device, model, opt, counts, rows, T, layers, peak)
+            figs = measure_layouts(cfg, device, model, opt, counts, rows, T, layers, peak, layouts)
             entry = out.setdefault(f"{rows}x{T}", {"rows": rows, "row_len": T})
             for layout, f in figs.items():
                 e = entry.setdefault(layout, {"tokens": f["tokens"], "padded_tokens": f["padded_tokens"],
                                               "layers": {}})
                 e["layers"][str(layers)] = f
-                extrapolate(e, lo, hi, peak)
+                extrapolate(e, peak)
             record("shapes", out)
             clock(f"update: {layers} layers, {rows} x {T}: " + ", ".join(
-                f"{k} {f['seconds']:.2f} s, peak " + ("n/a" if f["peak_gib"] is None else f"{f['peak_gib']:.1f}")
+                f"{k} {f['seconds']:.2f} s, peak " + ("n/a" if f["peak_gib"] is None else
+                                                      f"{f['peak_gib']:.1f} (reserved {f['peak_reserved_gib']:.1f})")
                 + f" GiB (plan {f['plan_gib']:.1f})"
                 for k, f in figs.items()))
         del model, opt
         gc.collect()
         if device.type == "cuda":
             torch.cuda.empty_cache()
-    return {"shapes": out}
+    return {"varlen": varlen, "shapes": out}
 
 
 # -----------------------------------------------------------------------------
@@ -469,6 +582,7 @@ def part_engine(cfg, device, record):
     return {"rows": len(r.token_ids), "new_tokens": new, "seconds": s,
             "tok_s": sum(map(len, r.token_ids)) / s, "peak_kv_gib": engine.peak_kv_bytes / GiB,
             "peak_gib": torch.cuda.max_memory_allocated() / GiB if device.type == "cuda" else None,
+            "peak_reserved_gib": torch.cuda.max_memory_reserved() / GiB if device.type == "cuda" else None,
             "plan_engine_gib": next(x.rollout for x in p.rows if x.name.startswith("rollout engine"))}
 
 

@@ -15,7 +15,7 @@ Log-probs, one name per idea, here and in train.py, rollout.py, evaluate.py and 
 import torch
 import torch.nn.functional as F
 
-ATTENTION = "fgrpo_sdpa"     # policy.attention's name among transformers' attention functions
+ATTENTION, VARLEN = "fgrpo_sdpa", "fgrpo_varlen"   # policy.attention's, .varlen_attention's names in transformers
 
 def pack(prompts, completions, pad_token_id, device="cpu", share_prompts=False, padding_free=False):
     """Lay out prompt + completion pairs for one forward pass. Three layouts:
@@ -36,7 +36,11 @@ def pack(prompts, completions, pad_token_id, device="cpu", share_prompts=False, 
     for i, c in enumerate(completions):
         targets[i, :len(c)] = torch.tensor(c, dtype=torch.long)
     cmask = torch.arange(Tc)[None, :] < torch.tensor([len(c) for c in completions])[:, None]
-    batch = {"targets": targets, "completion_mask": cmask}
+    # the completion tokens as (sequence, column) indices, from the lengths: indexing by a boolean mask has a
+    # data-dependent shape (a sync on CUDA; impossible for bench/dry_run.py's fake tensors)
+    seq = torch.tensor([i for i, c in enumerate(completions) for _ in c], dtype=torch.long)
+    col = torch.tensor([t for c in completions for t in range(len(c))], dtype=torch.long)
+    batch = {"targets": targets, "completion_mask": cmask, "tok_seq": seq, "tok_col": col}
     if padding_free and not share_prompts:
         ids, pos, ends, src = [], [], [0], torch.zeros(S, Tc, dtype=torch.long)
         for i, (p, c) in enumerate(zip(prompts, completions)):
@@ -103,7 +107,7 @@ def model_inputs(model, batch):
     # mapping of masks (Qwen2, Qwen3) is given None for each. Any other case gets None, from which transformers
     # builds a block-diagonal mask out of the restarting positions: right for every attention, (L, L) in size.
     types = getattr(model.config, "layer_types", None)
-    ours = types and getattr(model.config, "_attn_implementation", None) == ATTENTION
+    ours = types and getattr(model.config, "_attn_implementation", None) in (ATTENTION, VARLEN)
     return kw | dict(attention_mask=dict.fromkeys(types) if ours else None, segments=batch["segments"])
 
 def token_logp(logits, batch):
@@ -217,13 +221,13 @@ POLICY_FORWARD = "fgrpo_policy_forward"     # the method register_policy_forward
 def _policy_forward(model, batch, temperature, entropy, chunk_bytes):
     """policy_logp's body; under FSDP2 a registered forward of the root, which unshards its own parameters."""
     hidden = model.get_decoder()(**model_inputs(model, batch)).last_hidden_state
-    hidden, mask = hidden[batch["row"][:, None], batch["src"]], batch["completion_mask"]   # (S, Tc, d), (S, Tc)
-    # only the real completion tokens go through the head: padding costs nothing
+    # only the N real completion tokens go through the head: padding costs nothing
+    seq, col, shape = batch["tok_seq"], batch["tok_col"], batch["completion_mask"].shape   # (N,), (N,), (S, Tc)
     head = model.get_output_embeddings()
-    logp, H = head_logp(hidden[mask], head.weight, head.bias, batch["targets"][mask],
-                        temperature, entropy, chunk_bytes)                         # (N,)
-    out_logp = logp.new_zeros(mask.shape).masked_scatter(mask, logp)               # (S, Tc)
-    out_H = None if H is None else H.new_zeros(mask.shape).masked_scatter(mask, H)
+    logp, H = head_logp(hidden[batch["row"][seq], batch["src"][seq, col]], head.weight, head.bias,
+                        batch["targets"][seq, col], temperature, entropy, chunk_bytes)    # (N,)
+    out_logp = logp.new_zeros(shape).index_put((seq, col), logp)                         # (S, Tc)
+    out_H = None if H is None else H.new_zeros(shape).index_put((seq, col), H)
     return out_logp, out_H
 
 def register_policy_forward(model):

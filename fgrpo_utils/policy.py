@@ -4,6 +4,8 @@ sharding, and build(), which also makes the engine's copy, the reference and the
 here imports a script: train.py passes the engine factory and the task's policy in.
 """
 import contextlib
+import functools
+import inspect
 import os
 import sys
 from pathlib import Path
@@ -18,7 +20,7 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 from fgrpo_utils.distributed import print0
-from fgrpo_utils.logprob import ATTENTION, register_policy_forward
+from fgrpo_utils.logprob import ATTENTION, VARLEN, register_policy_forward
 from fgrpo_utils.memory_plan import engine_kind, grad_checkpointing_on
 
 # -----------------------------------------------------------------------------
@@ -45,11 +47,34 @@ def attention(module, query, key, value, attention_mask, dropout=0.0, scaling=No
                                          scale=scaling, is_causal=causal, enable_gqa=True)
     return out.transpose(1, 2).contiguous(), None
 
-def use_attention(model):
-    """Switch a transformers model to `attention` (the masks it builds stay those of SDPA)."""
-    AttentionInterface.register(ATTENTION, attention)
-    AttentionMaskInterface.register(ATTENTION, sdpa_mask)
-    model.set_attn_implementation(ATTENTION)
+def varlen_attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None, segments=None, **kwargs):
+    """--attention varlen: `attention`, but the padding-free row's sequences in ONE call a layer of torch's
+    variable-length flash kernel (CUDA, bf16, no dropout). Its keywords changed, so its signature picks them
+    (read in torch/nn/attention/varlen.py: 2.13's installed, 2.11's at pytorch 255ac567 and 2.10's in the code
+    index, 2.12's docs): 2.10 is_causal; 2.11 scale, window_size; 2.12 adds enable_gqa. The rest is positional."""
+    if segments is None:
+        return attention(module, query, key, value, attention_mask, dropout, scaling, **kwargs)
+    from torch.nn.attention.varlen import varlen_attn
+    params, (cu, longest) = inspect.signature(varlen_attn).parameters, varlen_bounds(segments, query.device)
+    q, k, v = (x[0].transpose(0, 1).contiguous() for x in (query, key, value))   # (1, H, T, D) -> (T, H, D)
+    if "enable_gqa" not in params:          # before 2.12: the KV heads repeated, as transformers' repeat_kv does
+        k, v = (x.repeat_interleave(q.shape[1] // x.shape[1], dim=1) for x in (k, v))
+    kw = {"window_size": (-1, 0)} if "window_size" in params else {"is_causal": True}     # (-1, 0): causal
+    kw |= {n: x for n, x in (("scale", scaling), ("enable_gqa", True)) if n in params}   # 2.10: 1/sqrt(D), Qwen's
+    return varlen_attn(q, k, v, cu, cu, longest, longest, **kw)[None], None                  # (1, T, H, D)
+
+@functools.lru_cache(maxsize=8)
+def varlen_bounds(segments, device):
+    """(cumulative lengths, int32 on the device; the longest) of logprob.pack's segments 0 = e_0 < e_1 < ...:
+    cached, so a pass's layers and their recomputation copy them to the device once, not once a layer."""
+    return torch.tensor(segments, dtype=torch.int32, device=device), max(b - a for a, b in zip(segments, segments[1:]))
+
+def use_attention(model, kind="loop"):
+    """Switch a transformers model to `attention` (kind "varlen": `varlen_attention`); its masks stay SDPA's."""
+    name, fn = (VARLEN, varlen_attention) if kind == "varlen" else (ATTENTION, attention)
+    AttentionInterface.register(name, fn)
+    AttentionMaskInterface.register(name, sdpa_mask)
+    model.set_attn_implementation(name)
     return model
 
 # -----------------------------------------------------------------------------
@@ -90,7 +115,7 @@ def load_model(cfg, tokenizer, dtype=torch.float32, meta=False, own=None):
             model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(cfg.model), dtype=dtype)
     else:
         model = AutoModelForCausalLM.from_pretrained(cfg.model, dtype=dtype)
-    return use_attention(model)
+    return use_attention(model, cfg.attention)
 
 def tiny_qwen(vocab_size):
     """--model tiny's policy unless the task brings one: a random 2-layer Qwen2, 64 wide."""
@@ -98,12 +123,14 @@ def tiny_qwen(vocab_size):
         vocab_size=vocab_size, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096, tie_word_embeddings=True))
 
-def shard(model, device):
+def shard(model, device, mixed=None):
     """FSDP2: each block (a class in _no_split_modules, as every HF causal LM has) is a unit, then the root.
     fully_shard moves one unit at a time from the CPU, keeping only this rank's shard on the device: never
-    the whole fp32 model (28 GiB for a 7B). GPU: bf16 compute, fp32 master weights and reductions."""
-    mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) \
-        if device.type == "cuda" else MixedPrecisionPolicy()
+    the whole fp32 model (28 GiB for a 7B). mixed (default: on CUDA): bf16 compute, fp32 master weights and
+    reductions; bench/dry_run.py asks for it on the CPU."""
+    mixed = device.type == "cuda" if mixed is None else mixed
+    mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if mixed \
+        else MixedPrecisionPolicy()
     mesh = init_device_mesh(device.type, (dist.get_world_size(),))
     blocks = set(getattr(model, "_no_split_modules", None) or ())     # e.g. {"Qwen2DecoderLayer"}
     for module in model.modules():
@@ -144,15 +171,22 @@ def build(cfg, tokenizer, device, new_engine, load):
         print0(engine.describe())     # which runner, compile mode and sleep level ran: the first thing to check
     ref_model = (shard_from_rank0(load(cfg, tokenizer, torch.float32, meta=True), full, device).eval()
                  if cfg.kl_coef > 0 else None)
-    if grad_checkpointing_on(cfg, device.type):
-        # Non-reentrant: the reentrant variant needs inputs that require grad and fights FSDP's hooks.
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    model = shard_from_rank0(model, full, device)
+    model = shard_from_rank0(checkpointing(model, cfg, device.type), full, device)
     del full
     if engine_model is not None:                # buffers are in no sync: the policy's rotary tables
         with torch.no_grad():
             for name, b in engine_model.named_buffers():
                 b.copy_(model.get_buffer(name))
-    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(cfg.adam_beta1, cfg.adam_beta2),
-                            weight_decay=cfg.weight_decay)
-    return model, ref_model, engine, opt
+    return model, ref_model, engine, optimizer(model, cfg)
+
+def checkpointing(model, cfg, device_type):
+    """Per-layer activation checkpointing when --grad_checkpointing says so; non-reentrant: the reentrant
+    variant needs inputs that require grad and fights FSDP's hooks."""
+    if grad_checkpointing_on(cfg, device_type):
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    return model
+
+def optimizer(model, cfg):
+    """AdamW (Table 5). Its default implementation follows the device: foreach on CUDA, a loop on the CPU."""
+    return torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(cfg.adam_beta1, cfg.adam_beta2),
+                             weight_decay=cfg.weight_decay)

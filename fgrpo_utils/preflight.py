@@ -61,7 +61,9 @@ def check_flags_act(cfg):
             "eval_every": cfg.eval_mazes == 0 and "--eval_mazes 0 evaluates nothing",
             "eval_samples": cfg.eval_mazes == 0 and "--eval_mazes 0 evaluates nothing",
             "nproc": not cfg.plan and "only --plan true reads it (a run uses its own world size)",
-            "gpu_memory_gb": not cfg.plan and "only --plan true reads it (a run reads its device's)"}
+            "gpu_memory_gb": not cfg.plan and "only --plan true reads it (a run reads its device's)",
+            "attention": (not cfg.padding_free or cfg.share_prompts)
+            and "acts only on the padding-free row (--padding_free true, --share_prompts false)"}
     for name, why in idle.items():
         value = getattr(cfg, name)
         check(not why or value == type(cfg).__dataclass_fields__[name].default,
@@ -89,14 +91,18 @@ def check_task_flags(cfg, tasks):
 
 def check_environment(cfg, entry):
     """At start-up, exit 2 in one line when the run needs a package beyond requirements.txt that is not
-    installed (the task's, entry.packages; vLLM; wandb) or a GPU this torch cannot see, or sets an engine
-    flag its engine does not read; the line names the flag and the fix. Not part of check_config: a
-    Config must build where these are missing (bench/gpu_check.py builds one on a GPU image without them)."""
+    installed (the task's, entry.packages; vLLM; wandb), a GPU this torch cannot see (or --attention varlen's
+    kernel) or sets an engine flag its engine does not read; the line names the flag and the fix. Not part of
+    check_config: a Config must build where these are missing (bench/gpu_check.py builds one on a GPU image)."""
     try:
         check_device(cfg.device)
     except ValueError as e:
         refuse(e)
     device = device_type(cfg)
+    if cfg.attention == "varlen" and device != "cuda":
+        refuse(f"--attention varlen: needs CUDA (a flash kernel) and this run is on the {device}; leave it out")
+    if cfg.attention == "varlen" and importlib.util.find_spec("torch.nn.attention.varlen") is None:
+        refuse("--attention varlen: this torch has no torch.nn.attention.varlen (2.10 and later do); leave it out")
     engine = engine_kind(cfg, device)
     vllm_fix = ("needs vLLM: pip install -r requirements-gpu.txt" if cfg.engine == "vllm" else
                 "uses vLLM on CUDA, which is not installed: pip install -r requirements-gpu.txt, or pass "

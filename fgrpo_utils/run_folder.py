@@ -50,7 +50,7 @@ RESUME_MAY_CHANGE = ("steps", "save_every", "eval_every", "eval_mazes", "eval_sa
                      "wandb", "out_dir", "resume", "threads", "device", "engine", "micro_batch_size",
                      "micro_batch_tokens", "padding_free", "share_prompts", "grad_checkpointing", "export_every",
                      "keep_checkpoints", "kv_cache_gb", "gpu_memory_utilization", "plan", "nproc",
-                     "gpu_memory_gb", "skip_dead_groups")
+                     "gpu_memory_gb", "skip_dead_groups", "attention")
 
 # -----------------------------------------------------------------------------
 # Before any work: lock out_dir, refuse what cannot run, tidy what killed runs left

@@ -140,7 +140,9 @@ def test_help_explains_every_flag_and_lists_fixed_values(script, capsys):
     (["--loss", "cispo", "--dual_clip", "2"], "--dual_clip"), (["--nproc", "4"], "--nproc"),
     (["--gpu_memory_gb", "40"], "--gpu_memory_gb"),
     (["--task", "maze", "--eval_mazes", "0", "--eval_every", "2"], "--eval_every"),
-    (["--task", "maze", "--eval_mazes", "0", "--eval_samples", "8"], "--eval_samples")])
+    (["--task", "maze", "--eval_mazes", "0", "--eval_samples", "8"], "--eval_samples"),
+    (["--attention", "varlen", "--padding_free", "false"], "--attention"),
+    (["--attention", "varlen", "--share_prompts", "true"], "--attention")])
 def test_a_flag_that_cannot_act_is_refused(argv, name, tmp_path, capsys):
     """--ds_grpo true --gamma 1 trained exactly as --gamma 0 while run.json said gamma 1. A flag that
     cannot act in the run it is given to is refused in one line; without the other flag it is accepted."""
@@ -151,7 +153,8 @@ def test_a_flag_that_cannot_act_is_refused(argv, name, tmp_path, capsys):
 
 def test_flags_that_act_are_accepted(tmp_path):
     """Each flag test_a_flag_that_cannot_act_is_refused refuses is fine where it acts."""
-    for kw in [dict(ds_grpo=True), dict(gamma=1.0, norm_std=False), dict(dual_clip=2.0), dict(loss="cispo")]:
+    for kw in [dict(ds_grpo=True), dict(gamma=1.0, norm_std=False), dict(dual_clip=2.0), dict(loss="cispo"),
+               dict(attention="varlen")]:
         train.Config(**kw, out_dir=str(tmp_path / "run"))
 
 
@@ -295,3 +298,23 @@ def test_cuda_on_a_cpu_only_torch_is_refused_in_one_line(script, tmp_path, monke
     else:
         code, err = refusal(SCRIPTS[script], argv, capsys)
     assert code == 2 and err.startswith("error: --device cuda: this torch") and len(err.strip().splitlines()) == 1, err
+
+
+@pytest.mark.parametrize("case", ["cpu", "old torch"])
+def test_varlen_attention_where_its_kernel_is_missing_is_refused_in_one_line(case, tmp_path, monkeypatch, capsys):
+    """--attention varlen calls a CUDA-only kernel of torch >= 2.10: on the CPU, or on a GPU with a torch
+    without torch.nn.attention.varlen, refused at start-up in one line (a Config still builds: --plan)."""
+    import torch
+    argv = safe_argv("train", tmp_path) + ["--attention", "varlen", "--device", "cpu" if case == "cpu" else "cuda"]
+    if case == "old torch":
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+        find_spec = importlib.util.find_spec
+        monkeypatch.setattr(importlib.util, "find_spec",
+                            lambda name, *a: None if name == "torch.nn.attention.varlen" else find_spec(name, *a))
+    with pytest.raises(SystemExit) as e:
+        train.main(parse_config(train.Config, argv))
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and len(err.strip().splitlines()) == 1, err
+    assert err.startswith("error: --attention varlen: "), err
+    assert ("needs CUDA" if case == "cpu" else "no torch.nn.attention.varlen") in err
+    assert not (tmp_path / "run").exists()

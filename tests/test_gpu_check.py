@@ -89,7 +89,8 @@ def test_out_replaces_only_our_own_report(tmp_path):
 def test_first_contact_script_runs_every_part_without_vllm(tmp_path):
     """bench/gpu_contact.py --tiny true on the CPU, with vLLM, math-verify and datasets made absent as
     on the GPU image: each part writes its own JSON, the vLLM part says it was skipped and the others
-    still run, with figures that add up (two layer counts extrapolated to 28, the plan beside each)."""
+    still run, with figures that add up (three layer counts fitted to 28, the plan beside each); the
+    varlen sub-part says it needs CUDA, and reserved memory stands beside allocated (None on the CPU)."""
     out = tmp_path / "gc"
     out.mkdir()
     killed, theirs = out / ".gpu_contact_update.json.tmp.k1ll3d", out / ".notes.json.tmp.mine"   # a kill mid-write
@@ -109,28 +110,32 @@ def test_first_contact_script_runs_every_part_without_vllm(tmp_path):
     assert parts["vllm"]["status"] == "skipped: vLLM not installed"
     update = parts["update"]
     assert update["status"] == "ok" and set(update["shapes"]) == {"1x72", "2x64", "8x16"}
+    assert update["varlen"] == {"status": "skipped: varlen needs CUDA"}
     check_update_shapes(update["shapes"], iters=update["config"]["update_iters"])
     eng = parts["engine"]
+    assert eng["peak_gib"] is None and "peak_reserved_gib" in eng and eng["peak_reserved_gib"] is None
     assert eng["status"] == "ok" and eng["rows"] == 16 and eng["tok_s"] > 0 and 0 < eng["peak_kv_gib"] < eng["plan_engine_gib"]
     assert parts["check"]["status"].startswith("skipped: ") and "under 120" in parts["check"]["status"]
     assert "done: env ok, vllm skipped: vLLM not installed, update ok, engine ok" in r.stdout
 
 
 def check_update_shapes(shapes, iters):
-    """What part (c) must measure: each shape in both layouts, the multi-row ones with mixed lengths (the
-    padded layout forwards padding, the padding-free one none); seconds the median of >= 2 timed
-    iterations; FLOPs from the non-embedding weights; time, plan and weights extrapolated to 28 layers."""
+    """What part (c) must measure: each shape in both layouts (no varlen one off CUDA), the multi-row ones
+    with mixed lengths (the padded layout forwards padding, the padding-free one none); seconds the median
+    of >= 2 timed iterations; FLOPs from the non-embedding weights; the attention ops the profiler saw;
+    time, plan and weights fitted over 1, 2 and 4 layers and extrapolated to 28, or the time said too noisy."""
     vocab, hidden = 512, 128                                      # gpu_contact.TINY_LLM, untied
     for name, shape in shapes.items():
         pad, flat = shape["padded"], shape["padding_free"]
+        assert set(shape) == {"rows", "row_len", "padded", "padding_free"}
         assert pad["tokens"] == flat["tokens"] == flat["padded_tokens"]      # the same sequences, no padding
         if shape["rows"] > 1:                                     # mixed lengths: the padded layout pads
             assert pad["padded_tokens"] == shape["rows"] * shape["row_len"] > pad["tokens"], name
         else:
             assert pad["padded_tokens"] == pad["tokens"] == shape["row_len"]
         for layout in (pad, flat):
-            f2, f4 = layout["layers"]["2"], layout["layers"]["4"]
-            for f in (f2, f4):
+            f1, f2, f4 = layout["layers"]["1"], layout["layers"]["2"], layout["layers"]["4"]
+            for f in (f1, f2, f4):
                 assert len(f["iteration_s"]) == iters >= 2 and f["seconds"] == statistics.median(f["iteration_s"])
                 assert f["embedding_params"] == vocab * hidden
                 assert f["non_embedding_params"] == f["params"] - f["embedding_params"]
@@ -138,11 +143,19 @@ def check_update_shapes(shapes, iters):
                 assert f["flops"] == 6 * (f["non_embedding_params"] - head) * f["tokens"] \
                     + 6 * head * f["completion_tokens"]
                 assert f["completion_tokens"] < f["tokens"] and f["plan_gib"] > 0 and f["mfu"] is None
-            assert f2["params"] < f4["params"]
+                assert f["peak_gib"] is None and f["peak_reserved_gib"] is None    # no CUDA memory to read
+            # the CPU's SDPA ran (the profiler's op names; CUDA's are kernel names), profiled at 1 layer only
+            assert "aten::scaled_dot_product_attention" in f1["attention_kernels"], f1["attention_kernels"]
+            assert f2["attention_kernels"] is None and f4["attention_kernels"] is None
+            assert f1["params"] < f2["params"] < f4["params"]
             at28 = layout["extrapolated_28_layers"]
-            assert at28["params"] == pytest.approx(f2["params"] + 13 * (f4["params"] - f2["params"]))
-            assert at28["seconds"] == pytest.approx(f2["seconds"] + 13 * (f4["seconds"] - f2["seconds"]))
+            assert at28["params"] == pytest.approx(f1["params"] + 27 * (f2["params"] - f1["params"]))   # exactly linear
             assert at28["plan_gib"] > f4["plan_gib"] and at28["mfu"] is None     # no GPU peak
+            if at28["seconds"] is None:                                  # a 2-core CPU's timings: often noise
+                assert "timing too noisy to extrapolate" in at28["note"] and at28["tok_s"] is None
+            else:
+                assert at28["seconds"] >= f4["seconds"]
+                assert at28["tok_s"] == pytest.approx(layout["tokens"] / at28["seconds"])
 
 
 @pytest.fixture
@@ -163,12 +176,12 @@ def test_update_part_keeps_each_shape_when_a_later_one_fails(tmp_path, monkeypat
     path, calls, on_disk = tmp_path / "gpu_contact_update.json", [], []
     time_update = gc.time_update
 
-    def second_shape_fails(model, opt, batch, iters, device):
+    def second_shape_fails(model, opt, batch, iters, device, profiled=False):
         calls.append(batch["input_ids"].shape)
         if len(calls) > len(gc.LAYOUTS):                          # the first shape, both layouts, is done
             on_disk.append(json.loads(path.read_text()))
             raise RuntimeError("the second shape fails")
-        return time_update(model, opt, batch, iters, device)
+        return time_update(model, opt, batch, iters, device, profiled)
     monkeypatch.setattr(gc, "time_update", second_shape_fails)
     fig = gc.run_part(cfg, "update", lambda record: gc.part_update(cfg, torch.device("cpu"), print,
                                                                    time.perf_counter() + 60, None, record), print)
@@ -178,7 +191,7 @@ def test_update_part_keeps_each_shape_when_a_later_one_fails(tmp_path, monkeypat
     assert final["written_by"] == "fgrpo bench/gpu_contact.py" and fig["status"] == final["status"]
     assert final["status"] == "error: RuntimeError: the second shape fails" and "traceback" in final
     assert set(final["shapes"]) == first
-    assert all(final["shapes"]["1x72"][k]["layers"]["2"]["seconds"] > 0 for k in gc.LAYOUTS)
+    assert all(final["shapes"]["1x72"][k]["layers"]["1"]["seconds"] > 0 for k in gc.LAYOUTS)   # the first count
     assert not [p for p in os.listdir(tmp_path) if p.startswith(".gpu_contact_update.json.tmp")]   # atomic
 
 
@@ -194,3 +207,31 @@ def test_update_sequences_are_mixed_and_seeded():
         if rows > 1:
             assert len(set(lengths)) > 1                          # unequal: the padded layout pads
         assert gc.update_sequences(rows, T, 512, rows) == (prompts, completions)
+
+
+def test_the_28_layer_fit_never_goes_below_what_was_measured():
+    """The two-count line through noisy CPU timings once gave a negative 28-layer time. Now a least-squares
+    line over three counts, refused (None) when it slopes down or lands below the largest count's figure;
+    extrapolate then says so, keeps the measured figures, and leaves tok/s and MFU out."""
+    gc = bench("gpu_contact")
+    assert gc.fit_to([1, 2, 4], [3.0, 5.0, 9.0]) == pytest.approx(57.0)         # 1 + 2 x: exactly linear
+    assert gc.fit_to([1, 2, 4], [0.3, 0.31, 0.29]) is None                        # slopes down: noise
+    assert gc.fit_to([1, 2, 4], [0.1, 0.9, 0.2], at=5) is None                    # up, but under the 4-layer 0.2
+    assert gc.fit_to([1, 2, 4], [1.0, 1.1, 1.35]) == pytest.approx(0.875 + 28 * 0.55 / (14 / 3))   # noisy, rising
+    fig = lambda s, mem: {"seconds": s, "peak_gib": mem, "peak_reserved_gib": mem, "plan_gib": 2.0 * mem,
+                          "params": 10, "non_embedding_params": 8, "flops": 60}
+    entry = {"tokens": 100, "layers": {"1": fig(0.5, 1.0), "2": fig(0.4, 2.0), "4": fig(0.45, 4.0)}}
+    gc.extrapolate(entry, peak=989.0)
+    at28 = entry["extrapolated_28_layers"]
+    assert at28["seconds"] is None and at28["tok_s"] is None and at28["mfu"] is None
+    assert at28["note"].startswith("timing too noisy to extrapolate") and "the measured figures stand" in at28["note"]
+    assert at28["peak_gib"] == pytest.approx(28.0) and at28["plan_gib"] == pytest.approx(56.0)
+    assert entry["layers"]["4"]["seconds"] == 0.45                                # the measurement is kept
+    entry["layers"]["4"] = fig(0.45, 0.5)                                           # memory noisy too
+    gc.extrapolate(entry, peak=989.0)
+    assert entry["extrapolated_28_layers"]["note"].startswith("memory and timing too noisy to extrapolate")
+    entry["layers"] = {"1": fig(0.1, 1.0), "2": fig(0.2, 2.0), "4": fig(0.4, 4.0)}    # clean: a fit, and MFU
+    gc.extrapolate(entry, peak=989.0)
+    at28 = entry["extrapolated_28_layers"]
+    assert at28["seconds"] == pytest.approx(2.8) and "note" not in at28 and at28["tok_s"] == pytest.approx(100 / 2.8)
+    assert at28["mfu"] == pytest.approx(60 / 2.8 / 1e12 / 989.0)
