@@ -18,6 +18,7 @@ Sampling is seeded by the data, not the rank: sample j of prompt i inverts the C
 generator seeded by (seeds[i], j), so it is the same whatever batch or rank it runs in.
 """
 import contextlib
+import gc
 import logging
 import math
 import os
@@ -384,8 +385,14 @@ class VLLMEngine:
         self.llm.llm_engine.engine_core.shutdown()
 
     def _wake(self, *tags):
+        """Map the sleeping parts back. vLLM maps them through the driver, outside PyTorch's caching allocator,
+        so the blocks the update freed must go back to the driver first, or they stay reserved through the
+        rollout (~20 GiB at the 7B's shapes). vLLM 0.32's cumem wake_up empties the cache too; this does not
+        rely on it (memory_plan's row "PyTorch's free blocks")."""
         tags = [t for t in tags if t in self.asleep]
         if tags:
+            gc.collect()
+            torch.cuda.empty_cache()
             self.llm.wake_up(tags=tags)
             self.asleep -= set(tags)
 

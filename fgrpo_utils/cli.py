@@ -55,8 +55,15 @@ def parse_config(cls, argv=None, doc=None):
         refuse(e)
 
 def field_comments(cls):
-    """{field: its comment in cls's source}: the comment on the field's line, and the comment-only
-    lines below it indented past the field names (a comment at their indentation heads a group)."""
+    """{field: its comment in the source of cls and its dataclass bases}: the comment on the field's line, and
+    the comment-only lines below it indented past the field names (a comment at their indentation heads a group)."""
+    comments = {}
+    for k in reversed(cls.__mro__):
+        if dataclasses.is_dataclass(k):
+            comments.update(_own_comments(k))
+    return comments
+
+def _own_comments(cls):
     comments, name, col = {}, None, 0
     for line in textwrap.dedent(inspect.getsource(cls)).splitlines()[1:]:
         if re.match(r"\s*(def |@)", line):                 # the fields end where the methods begin

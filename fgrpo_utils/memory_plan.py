@@ -14,6 +14,8 @@ logprob.policy_logp):
   (4 + 4 + 8 = 16 bytes/param / world), bf16 compute; CPU: all fp32. Each decoder layer is an FSDP unit,
   the root holds embeddings + final norm + lm_head; in forward/backward the root is unsharded for the
   whole pass plus ~2 blocks at a time (current + prefetch), with their gradients before the reduce-scatter.
+  The update's peak is the largest of three moments of its backward (update_moments), as bench/dry_run.py
+  measures the trainer's own update on fake tensors (within 4% at the 7B; tests/test_dry_run.py).
   Activations of the largest micro-batch, per token per decoder layer (layer_bytes_per_token; each
   term is a tensor autograd saves, checked by counting them in tests/test_memory.py):
       2 RMSNorms     2 (4h + 2 d h + 4)       fp32 copy of the input, its normalised cast, the output
@@ -23,18 +25,19 @@ logprob.policy_logp):
       SwiGLU MLP     4 d I                    gate, up, silu(gate), their product
       padding mask   d T                      the float mask SDPA makes of a bool mask, per layer
   With checkpointing a layer keeps only its input (d h per token) and one layer's full set exists at a
-  time during backward. On top, per token: the final norm ((4 + d) h) and backward's gradients through one
-  layer (3 d I + 2 d h). The head is logprob.policy_logp: ~CHUNK_BYTES of (chunk, V) fp32 temporaries and
-  the hidden states at the completion positions with their gradient (its dW is counted with the weights).
+  time during backward. On top, per token: the final norm ((4 + d) h) in the head's backward, backward's
+  gradients through one layer (2 d I + 2 d h) in a layer's. The head is logprob.policy_logp: ~CHUNK_BYTES of
+  (chunk, V) fp32 temporaries and the hidden states at the completion positions with their gradient.
   Rollout engine: vLLM takes gpu_memory_utilization x the device while sampling and sleeps (level 1)
-  during the update: ~0 on the device, its bf16 weights in host RAM. TorchEngine holds an unsharded
+  during the update: ~0 on the device, its bf16 weights in host RAM. PyTorch's free blocks go back to the
+  driver before vLLM wakes (rollout.VLLMEngine._wake), so the rollout holds the trainer's live tensors only. TorchEngine holds an unsharded
   bf16 copy of the weights always, plus its KV budget and sampling buffers while it samples.
   Host RAM per node (host_plan): rank 0's node, the one that loads and exports; each phase the sum of what
   is alive then, the peak the largest phase: per rank the process, the scorer, vLLM in the process and its
   level-1 backup, the rollouts; rank 0's fp32 copy at start-up (the load) and at each export (the gather).
-Not modelled: allocator fragmentation (keep a few GiB of margin; `fits` needs the peak <= the device) and
-the optimizer step's temporaries beyond one fp32 shard-sized buffer, which come after the activations are
-freed. The vLLM CUDA terms (repeat_kv, mask bias) are read from the code, measured only on the CPU.
+Not modelled: allocator fragmentation and blocks live tensors pin at a wake (train.py's default vLLM share
+leaves 10% of the device for them at the 7B; `fits` needs the peak <= the device). The CUDA terms (repeat_kv,
+mask bias) are read from the code: bench/dry_run.py runs the CPU branch of policy.attention.
 """
 import functools
 import json
@@ -134,6 +137,7 @@ def config_info(config):
     text = config.get_text_config()
     H = text.num_attention_heads
     return dict(config=text, total=total, block=block, layers=len(layers), root=total - block * len(layers),
+                largest=max(p.numel() for p in model.parameters()),
                 tied=model.get_output_embeddings().weight is model.get_input_embeddings().weight,
                 qk_norm=bool(layers) and hasattr(getattr(layers[0], "self_attn", None), "q_norm"),
                 h=text.hidden_size, I=text.intermediate_size, H=H,
@@ -207,10 +211,15 @@ def micro_batch_shapes(cfg, lengths=None):
     per row count: whole rows while they hold <= micro_batch_size sequences and <= micro_batch_tokens padded
     tokens (rows x the longest row); a row over the budget goes alone. So r rows are at most min(row_len,
     micro_batch_tokens // r) long: 1 x 9,216, 2 x 8,192, ..., 8 x 2,048 at the 7B's defaults, all but the
-    first masked. A share_prompts row is a group. lengths: (prompt, response) tokens (default: the flags)."""
+    first masked. A share_prompts row is a group. --padding_free (the default): one unmasked row of up to
+    micro_batch_tokens (a sequence over it alone), 16,384 at the 7B's defaults. lengths: (prompt, response)
+    tokens (default: the flags)."""
     prompt, response = lengths or (cfg.max_prompt_len, cfg.max_response_len)
     per_row = cfg.group_size if cfg.share_prompts else 1
     row_len = prompt + per_row * response
+    if getattr(cfg, "padding_free", False) and not cfg.share_prompts:   # one row, sequences end to end
+        T = max(row_len, min(cfg.micro_batch_tokens or math.inf, cfg.micro_batch_size * row_len))
+        return [(1, T, -(-T // row_len))]                                 # the fewest sequences filling it
     shapes = []
     for rows in range(1, max(1, cfg.micro_batch_size // per_row) + 1):
         T = min(row_len, cfg.micro_batch_tokens // rows) if cfg.micro_batch_tokens and rows > 1 else row_len
@@ -239,7 +248,7 @@ def plan(cfg, world, gpu_memory_gb=80.0, config=None, lengths=None):
     mixed = device == "cuda"
     ckpt = grad_checkpointing_on(cfg, device)
     Lp, Lr = lengths or (cfg.max_prompt_len, cfg.max_response_len)
-    units = m["root"] + 2 * m["block"]                     # unsharded at once: root + current + prefetch
+    units = m["root"] + 2 * m["block"]                     # the reference's forward: root + current + prefetch
     g = lambda b: b / GiB                                  # noqa: E731
     R = []
 
@@ -250,25 +259,32 @@ def plan(cfg, world, gpu_memory_gb=80.0, config=None, lengths=None):
 
     row("weights (fp32, sharded)", 4 * P / W, 4 * P / W, 4 * P / W, f"{P / 1e9:.2f}B params / {W} ranks", "--nproc")
     row("AdamW moments (2 x fp32, sharded)", 8 * P / W, 8 * P / W, 8 * P / W, "exp_avg, exp_avg_sq", "--nproc")
-    row("gradients (fp32, sharded)", 0, 4 * P / W, 0, "set_to_none after each step", "--nproc")
-    # torch's foreach AdamW takes sqrt(exp_avg_sq) of all parameters at once: one more shard-sized buffer
-    row("AdamW step temporaries", 0, 0, 0, "foreach sqrt(exp_avg_sq), fp32 shard", "--nproc", step_b=4 * P / W)
-    row("unsharded units (params + grads)", 0, d * units + (d * m["root"] + (d + 4 * mixed) * m["block"]), 0,
-        f"root {m['root'] / 1e6:.0f}M ({'tied' if m['tied'] else 'untied'}) + 2 blocks of "
-        f"{m['block'] / 1e6:.0f}M in {'bf16' if mixed else 'fp32'}; root + 1 block of grads", step_b=0)
     shapes = micro_batch_shapes(cfg, (Lp, Lr))
-    shape_bytes = lambda s: micro_batch_bytes(cfg, m, d, ckpt, Lr, *s)    # noqa: E731
-    rows_, row_len, per_row = max(shapes, key=lambda s: sum(shape_bytes(s)[:2]))   # the largest
-    act, head, per_tok, chunk, completion = shape_bytes((rows_, row_len, per_row))
+    peak = lambda s: max(update_moments(cfg, m, d, ckpt, W, Lr, *s).values(), key=sum_parts)   # noqa: E731
+    rows_, row_len, per_row = max(shapes, key=lambda s: sum_parts(peak(s)))        # the largest micro-batch
+    moments = update_moments(cfg, m, d, ckpt, W, Lr, rows_, row_len, per_row)
+    at = max(moments, key=lambda k: sum_parts(moments[k]))                         # the update's peak moment
+    u, completion = moments[at], moments[at]["completion"]
     tokens = rows_ * row_len
     span = f"{shapes[0][0]} x {shapes[0][1]} .. {shapes[-1][0]} x {shapes[-1][1]}"
-    row("activations", 0, act, 0,
-        f"{rows_} x {row_len} padded tokens (the largest of {span}), {per_tok / 2**20:.2f} MiB/token, "
-        f"checkpointing {'on' if ckpt else 'off'}",
-        "--micro_batch_tokens" if ckpt else "--grad_checkpointing true", step_b=0)
-    row("log-prob head (policy_logp)", 0, head, 0,
-        f"{g(chunk):.2f} GiB chunks + {completion} completion hidden states and their grads", "--micro_batch_tokens",
+    row("gradients (fp32, sharded)", 0, u["grads"], 0, f"update: those reduced by the peak ({at}); all in the step",
+        "--nproc", step_b=4 * P / W)
+    # AdamW on CUDA (foreach) takes sqrt(exp_avg_sq) of all parameters at once: one more shard-sized buffer;
+    # on the CPU it loops over parameters: sqrt(exp_avg_sq) and its quotient, of the largest one's shard
+    row("AdamW step temporaries", 0, 0, 0, "foreach sqrt(exp_avg_sq), fp32 shard" if mixed else
+        "sqrt(exp_avg_sq) and its quotient, the largest parameter's shard", "--nproc",
+        step_b=4 * P / W if mixed else 2 * 4 * m["largest"] / W)
+    row("unsharded units (params + grads)", 0, u["unsharded"], 0,
+        f"root {m['root'] / 1e6:.0f}M ({'tied' if m['tied'] else 'untied'}) in {'bf16' if mixed else 'fp32'}, "
+        f"its head's grad; blocks of {m['block'] / 1e6:.0f}M and reduce-scatter buffers as the moment holds them",
         step_b=0)
+    row("activations", 0, u["activations"], 0,
+        f"{rows_} x {row_len} {'tokens' if len(shapes) == 1 else f'padded tokens (the largest of {span})'}, "
+        f"{u['activations'] / max(tokens, 1) / 2**20:.2f} MiB/token, checkpointing {'on' if ckpt else 'off'}",
+        "--micro_batch_tokens" if ckpt else "--grad_checkpointing true", step_b=0)
+    row("log-prob head (policy_logp)", 0, u["head"], 0,
+        f"chunks + {completion} completion hidden states and their grads (in the head's backward only)",
+        "--micro_batch_tokens", step_b=0)
     if cfg.kl_coef > 0:
         row("reference model", 4 * P / W, 4 * P / W + d * units, 4 * P / W,
             "sharded fp32 copy, its units unsharded in its forward", "--kl_coef 0", step_b=4 * P / W)
@@ -284,6 +300,9 @@ def plan(cfg, world, gpu_memory_gb=80.0, config=None, lengths=None):
     if mixed:
         row("CUDA runtime", CUDA_RUNTIME_GIB * GiB, CUDA_RUNTIME_GIB * GiB, CUDA_RUNTIME_GIB * GiB,
             "context, NCCL, cuBLAS (estimate)")
+    if mixed and engine == "vllm":            # what the update freed, still reserved by PyTorch when vLLM maps its own
+        row("PyTorch's free blocks", 0, 0, 0, "emptied before each vLLM wake (VLLMEngine._wake); blocks that live "
+            "tensors pin: gpu_contact's reserved - allocated")
 
     phases = {p: sum(getattr(r, p) for r in R) for p in PHASES}
     peak_phase = max(phases, key=phases.get)
@@ -293,23 +312,47 @@ def plan(cfg, world, gpu_memory_gb=80.0, config=None, lengths=None):
     host_info = host_plan(cfg, m, level, g(host), W, rank_rows * Lr, 0 if mixed else peak)
     return Plan(str(cfg.model), W, device, engine, R, phases, peak, peak_phase, float(gpu_memory_gb),
                 peak <= gpu_memory_gb, largest,
-                dict(rows=rows_, row_len=row_len, tokens=tokens, completion_tokens=completion, checkpointing=ckpt),
+                dict(rows=rows_, row_len=row_len, per_row=per_row, response_len=Lr, tokens=tokens,
+                     completion_tokens=completion, checkpointing=ckpt),
                 {k: m[k] for k in ("total", "root", "block", "layers", "tied")}, g(host), disk, host_info, kv_info)
 
-def micro_batch_bytes(cfg, m, d, ckpt, Lr, rows_, row_len, per_row):
-    """(activations, head, per-token bytes, chunk, completion tokens) of one micro-batch shape."""
-    mixed, h = d == 2, m["h"]
+UPDATE_PARTS = ("grads", "unsharded", "activations", "head")
+
+def sum_parts(moment):
+    return sum(moment[k] for k in UPDATE_PARTS)
+
+def update_moments(cfg, m, d, ckpt, W, Lr, rows_, row_len, per_row):
+    """What one rank holds, beyond its sharded weights and AdamW moments, at each of the three moments that can
+    peak in the update of one micro-batch shape, {moment: {part: bytes, "completion": tokens}}. The parts of
+    each coexist; those of different moments do not (bench/dry_run.py, measured on fake tensors: the update's
+    peak is (B) at the 7B's defaults, (C) within 20% of it):
+      (A) the head's backward: every layer's kept activations, the final norm's, the head's chunks and its
+          completion hidden states with their gradient, the root unsharded with its head's gradient;
+      (B) the last decoder layer's backward: the kept activations, that layer's whole set recomputed (with
+          checkpointing) and its gradients, two blocks unsharded (current + prefetch), the block's gradients
+          and their fp32 reduce-scatter buffer, the root and its head's gradient;
+      (C) the root's reduce-scatter, at the end: every block's gradients reduced and sharded, the root's
+          gradients unsharded and their fp32 buffer (its parameters resharded)."""
+    h, I, V, root, block = m["h"], m["I"], m["V"], m["root"], m["block"]
     masked = rows_ > 1 or cfg.share_prompts            # one unpadded row: causal, no mask
-    per_tok = activation_bytes_per_token(m["config"], d, ckpt, mask_len=row_len if masked else 0,
-                                         repeat_kv=masked and mixed)
-    final_norm = (4 + d) * h                            # its fp32 copy and cast, all positions
-    mask = rows_ * row_len ** 2 if masked else 0        # the bool (rows, 1, T, T) mask, once
-    # backward through one layer: the gradients of its MLP intermediates and of the hidden state
-    per_tok += final_norm + 3 * d * m["I"] + 2 * d * h
-    completion = rows_ * min(per_row * Lr, row_len - 1)    # every row holds >= 1 prompt token
-    chunk = min(CHUNK_BYTES, completion * m["V"] * 4 * CHUNK_TEMPS)   # z and p, (chunk, V) fp32
-    head = chunk + 2 * completion * h * d              # dW is the head's gradient: counted with the weights
-    return rows_ * row_len * per_tok + mask, head, per_tok, chunk, completion
+    mixed = d == 2
+    # per token: each layer's kept tensors, and with checkpointing the one layer recomputed in its backward
+    kept = activation_bytes_per_token(m["config"], d, ckpt, mask_len=row_len if masked else 0,
+                                      repeat_kv=masked and mixed)
+    recomputed = layer_bytes_per_token(m["config"], d, row_len if masked else 0, masked and mixed) if ckpt else 0
+    T, mask = rows_ * row_len, rows_ * row_len ** 2 if masked else 0     # the bool (rows, 1, T, T) mask, once
+    completion = rows_ * min(per_row * Lr, row_len - (1 if cfg.share_prompts else per_row))  # >= 1 prompt token each
+    chunk = min(CHUNK_BYTES, completion * V * 4 * CHUNK_TEMPS)           # z and p, (chunk, V) fp32
+    head_grad = d * V * h                               # the head's unsharded gradient, until (C)
+    # backward through one layer's MLP at its peak: the gradients of its product and of both factors, while the
+    # product's saved copy is already freed (one d I of the layer's set), and of the hidden state
+    through = 2 * d * I + 2 * d * h
+    return {"A": dict(grads=0, unsharded=d * root + head_grad, activations=T * (kept - recomputed + (4 + d) * h) + mask,
+                      head=chunk + 2 * completion * h * d, completion=completion),
+            "B": dict(grads=0, unsharded=d * root + head_grad + 2 * d * block + (d + 4) * block,
+                      activations=T * (kept + through) + mask, head=0, completion=completion),
+            "C": dict(grads=4 * (m["total"] - root) / W, unsharded=(d + 4) * root, activations=0, head=0,
+                      completion=completion)}
 
 def engine_rows(cfg, m, engine, d, device_bytes, rank_rows, Lp, Lr, row):
     """Add the engine's row; returns (host bytes per rank, vLLM sleep level or None, KV tokens per rank)."""

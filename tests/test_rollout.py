@@ -245,3 +245,26 @@ def test_sync_casts_to_the_engine_dtype():
     assert len(buckets) < len(list(make_buckets(model.state_dict().items(), 4096)))   # fp32 would need more
     for n, p in model.state_dict().items():
         assert torch.equal(engine.model.state_dict()[n], p.to(torch.bfloat16)), n
+
+
+def test_vllm_wake_gives_pytorchs_free_blocks_back_first(monkeypatch):
+    """vLLM maps its weights and KV cache through the driver, outside PyTorch's caching allocator: every wake
+    must first return the blocks the update freed, or they stay reserved through the rollout. Provable without
+    a GPU: the engine's wake calls torch.cuda.empty_cache before vLLM's wake_up, for each part that slept."""
+    import rollout
+    calls = []
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: calls.append("empty_cache"))
+
+    class LLM:
+        def wake_up(self, tags):
+            calls.append(("wake_up", tuple(tags)))
+
+        def sleep(self, level):
+            calls.append(("sleep", level))
+    engine = object.__new__(rollout.VLLMEngine)
+    engine.llm, engine.on_cpu, engine.sleep_level, engine.asleep, engine.updating = LLM(), False, 2, set(), False
+    engine.sleep()
+    engine.wake_up()                     # before the weight sync: the weights only
+    engine._ready()                      # before the rollout: the KV cache
+    engine._ready()                      # awake: nothing to do
+    assert calls == [("sleep", 2), "empty_cache", ("wake_up", ("weights",)), "empty_cache", ("wake_up", ("kv_cache",))]
