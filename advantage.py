@@ -117,6 +117,66 @@ def ds_grpo_advantages(rewards, mean_logp_old, c_pos=0.05, c_neg=0.05, r_correct
     correct = (R == r_correct).to(R.dtype)
     return z - c_pos * correct * lbar + c_neg * (1 - correct) * lbar
 
+# The rivals, each in focal_advantages' slot (train.py --weighting): rewards (P, N) -> advantages (P, N)
+
+def maxrl_advantages(rewards, eps=1e-6):
+    """MaxRL (Tajwar et al. 2026, arXiv 2602.02710): A = (r - rbar) / (rbar + eps), 0 where rbar = 0; rewards in
+    [0, 1]. Binary: GRPO's population-std A times sqrt((1 - mu_hat) / mu_hat), unbounded as mu_hat -> 0."""
+    R = torch.as_tensor(rewards).double() if not torch.is_tensor(rewards) else rewards
+    if R.ndim != 2 or not ((R >= 0) & (R <= 1)).all():
+        raise ValueError("MaxRL needs (num_groups, N) rewards in [0, 1]")
+    rbar = R.mean(dim=1, keepdim=True)                                            # (P, 1)
+    return torch.where(rbar > 0, (R - rbar) / (rbar + eps), torch.zeros_like(R))
+
+def passk_advantages(rewards, k):
+    """Analytic pass@k training (Chen et al. 2025, arXiv 2508.10751), c correct of N: Rbar = 1 - C(N-c, k) / C(N, k),
+    sigma = sqrt(Rbar (1 - Rbar)); correct (1 - Rbar) / sigma, wrong (1 - Rbar - C(N-c-1, k-1) / C(N-1, k-1)) / sigma;
+    0 where sigma = 0 (c = 0, or k > N - c). k = 1 is GRPO with the population std."""
+    R, N = binary(rewards), torch.as_tensor(rewards).shape[-1]
+    if not 1 <= k <= N:
+        raise ValueError(f"pass@k training needs 1 <= k <= N = {N}, got k = {k}")
+    table = []                                                   # (correct's, wrong's) A for c = 0 .. N
+    for c in range(N + 1):
+        rbar = 1 - math.comb(N - c, k) / math.comb(N, k)
+        sigma, miss = math.sqrt(rbar * (1 - rbar)), math.comb(N - c - 1, k - 1) / math.comb(N - 1, k - 1) if c < N else 0
+        table.append(((1 - rbar) / sigma, (1 - rbar - miss) / sigma) if sigma > 0 else (0.0, 0.0))
+    row = torch.tensor(table, dtype=R.dtype)[R.sum(dim=1).round().long()]               # (P, 2)
+    return torch.where(R == 1, row[:, :1], row[:, 1:])
+
+def wreinforce_advantages(rewards, lam=0.1):
+    """W-REINFORCE (Zhu et al. 2025, arXiv 2506.01347): no baseline, A = lam if correct else -1 (uniform groups too)."""
+    if not 0 <= lam < math.inf:
+        raise ValueError(f"lam must be >= 0 and finite, got {lam}")
+    R = binary(rewards)
+    return torch.where(R == 1, lam, -1.0).to(R.dtype)
+
+def binary(rewards):
+    R = torch.as_tensor(rewards)
+    if R.ndim != 2 or not ((R == 0) | (R == 1)).all():
+        raise ValueError(f"this weighting needs (num_groups, N) rewards in {{0, 1}}, got shape {tuple(R.shape)}")
+    return R if R.is_floating_point() else R.float()
+
+def unlikely_rewards(rewards, mean_logp, beta=0.25):
+    """The unlikeliness reward (He, Fried, Welleck 2025, arXiv 2506.02355): rank each group's samples by mean token
+    log pi_old, least likely first (rank 0; ties by position), rewards x (1 - beta rank / N); then Eq. 3."""
+    if not 0 <= beta <= 1:
+        raise ValueError(f"beta must be in [0, 1], got {beta}")
+    R = torch.as_tensor(rewards)
+    order = torch.as_tensor(mean_logp, dtype=torch.float64).argsort(dim=1, stable=True)
+    return R * (1 - beta * order.argsort(dim=1, stable=True).to(R.dtype) / R.shape[1])      # (P, N)
+
+WEIGHTINGS = {"focal": None, "maxrl": lambda R, k, lam: maxrl_advantages(R),
+              "passk": lambda R, k, lam: passk_advantages(R, k), "wreinforce": lambda R, k, lam: wreinforce_advantages(R, lam)}
+
+def weighted_advantages(rewards, weighting="focal", gamma=0.0, k=4, lam=0.1, normalize_std=True):
+    """(A (P, N), g (P,)) under one weighting: focal_advantages (Eqs. 11-13), or a rival's with g = 1."""
+    if weighting == "focal":
+        return focal_advantages(rewards, gamma, normalize_std=normalize_std)
+    if weighting not in WEIGHTINGS:
+        raise ValueError(f"weighting {weighting!r}: expected one of {tuple(WEIGHTINGS)}")
+    A = WEIGHTINGS[weighting](rewards, k, lam)
+    return A, torch.ones(A.shape[0], dtype=A.dtype)
+
 def low_lr_multiplier(gamma):
     """m_gamma of the GRPO low-LR control (Appendix N): the average shrink of |A| under the focal weight.
     With binary rewards the mean |A| of a group at success rate mu scales as sqrt(mu (1 - mu)), so

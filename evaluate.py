@@ -50,10 +50,9 @@ from pathlib import Path
 import numpy as np
 
 import maze
-
-from fgrpo_utils import ood
 import reward
 from advantage import pass_at_k_curve, subsample_test
+from fgrpo_utils import ood
 from fgrpo_utils.cli import (check, check_choices, check_device, check_min, check_positive, check_pretrained, check_utf8, data_dir, parse_config, refuse)
 from fgrpo_utils.outputs import (Damaged, check_out_file, png_metadata, read_json, remove_temp, write_json_out,
                                  write_table_out)
@@ -61,13 +60,11 @@ from fgrpo_utils.outputs import (Damaged, check_out_file, png_metadata, read_jso
 SCRIPT = "evaluate.py"           # the mark in every file it writes (outputs.is_ours)
 
 # name -> (file under data_dir()/eval, task). Table 1 orders them as MATH then OOD.
-BENCHMARKS = {
-    "aime24": ("aime24.jsonl", "math"), "aime25": ("aime25.jsonl", "math"),
-    "amc23": ("amc23.jsonl", "math"), "math500": ("math500.jsonl", "math"),
-    "minerva": ("minerva_math.jsonl", "math"), "olympiadbench": ("olympiadbench.jsonl", "math"),
-    "ifeval": ("ifeval.jsonl", "ifeval"), "synlogic": (None, "synlogic"), "gpqa": ("gpqa/dataset.zip", "gpqa"),
-    "maze": (None, "maze"),        # held-out mazes (Sec. 5.2, App. K); --model must be a maze checkpoint
-}
+BENCHMARKS = {"aime24": ("aime24.jsonl", "math"), "aime25": ("aime25.jsonl", "math"), "amc23": ("amc23.jsonl", "math"),
+              "math500": ("math500.jsonl", "math"), "minerva": ("minerva_math.jsonl", "math"),
+              "olympiadbench": ("olympiadbench.jsonl", "math"), "ifeval": ("ifeval.jsonl", "ifeval"),
+              "synlogic": (None, "synlogic"), "gpqa": ("gpqa/dataset.zip", "gpqa"),
+              "maze": (None, "maze")}      # held-out mazes (Sec. 5.2, App. K); --model must be a maze checkpoint
 MATH = ("aime24", "aime25", "amc23", "math500", "minerva", "olympiadbench")
 OOD = ("ifeval", "synlogic", "gpqa")
 AVERAGES = (("math avg", MATH), ("ood avg", OOD))    # what the significance test averages (Table 1's Avg.)
@@ -142,7 +139,6 @@ class Config:
 
     @staticmethod
     def choices():
-        """The flags with a fixed set of values: __post_init__ refuses any other, --help lists them."""
         return {"mode": ("eval", "select", "compare", "report", "rare_select", "rare_score"),
                 "benchmarks": tuple(BENCHMARKS), "family": ("auto", *reward.FAMILIES), "engine": ("torch", "vllm"),
                 "maze_reward": maze.RULES}
@@ -316,10 +312,9 @@ def score(task, completions, rows, scorer):
 def load_benchmarks(cfg):
     """{name: (rows, task)} asked for, read before any model loads: a bad file stops the run in one line."""
     loaded = {}
-    for name in cfg.benchmarks:
+    for name in [b for b in cfg.benchmarks if b not in ("maze", "synlogic")]:
         try:
-            if name not in ("maze", "synlogic"):
-                loaded[name] = load_benchmark(name, cfg.max_problems)
+            loaded[name] = load_benchmark(name, cfg.max_problems)
         except (OSError, ValueError) as e:
             refuse(f"--benchmarks {name}: {e}")
     return loaded
@@ -341,7 +336,6 @@ def evaluate_benchmark(cfg, name, rows, task, engine, tok, family, scorer):
 def evaluate_maze(cfg, engine, tok):
     """Held-out mazes (Sec. 5.2, App. K): c and pass@k count the --maze_reward rule, c_RULE and pass@k_RULE
     every rule. --max_problems mazes (default 256); --max_new_tokens 0: maze.max_new_tokens_for the size."""
-    import maze
     task = maze.maze_task(tok, maze.checkpoint_size(cfg.model), cfg.seed, cfg.maze_reward, cfg.max_problems or 256,
                           cfg.n, max_new_tokens=cfg.max_new_tokens or None, temperature=cfg.temperature,
                           top_p=cfg.top_p, top_k=cfg.top_k)
@@ -398,11 +392,10 @@ def run_eval_many(cfg):
             else:
                 rollout.load_checkpoint_weights(engine, run.model)
             run_eval(run, data, engine)
+            done.append(run.out)
         except Exception as e:            # a damaged model.safetensors (SafetensorError), ...: not fatal
             print(f"checkpoint {run.model}: cannot be evaluated ({type(e).__name__}: {str(e)[:200]}); "
                   "skipped", file=sys.stderr)
-            continue
-        done.append(run.out)
     if engine is not None:
         engine.close()
     if not set(cfg.benchmarks) & set(MATH):
@@ -503,7 +496,6 @@ def result_label(path):
 SCORE_SETTINGS = ("maze_reward", "temperature", "top_p", "top_k", "max_new_tokens", "family")
 
 def score_differences(results):
-    """The SCORE_SETTINGS whose values differ among the results' configs."""
     return [k for k in SCORE_SETTINGS if len({json.dumps(r["config"].get(k)) for r in results}) > 1]
 
 def run_report(cfg):
@@ -563,8 +555,7 @@ def select_checkpoint(results, max_rollouts=None):
 def baseline_rollouts(path):
     """Step 3's cap: the rollouts of the baseline's best; ValueError when not a selection or of unknown compute."""
     try:
-        best = json.loads(Path(path).read_text())["best"]
-        rollouts = best["rollouts"]
+        rollouts = json.loads(Path(path).read_text())["best"]["rollouts"]
     except (OSError, ValueError, KeyError, TypeError):
         raise ValueError(f"--baseline {path}: not a selection.json (evaluate.py --models or --mode select "
                          "writes one)") from None
@@ -600,9 +591,6 @@ def write_selection(cfg, paths, out):
     print("\n".join(lines) + f"\nwrote {out}")
     return summary
 
-def run_select(cfg):
-    return write_selection(cfg, cfg.inputs, cfg.out)
-
 def run_compare(cfg):
     ra, rb = (load_result(p) for p in cfg.inputs)           # alike: Config.check_files
     a, b = {}, {}
@@ -628,8 +616,7 @@ def run_compare(cfg):
 def nll(model, tok, prompts, completions, batch_size=8):
     """Length-normalised NLL (mean per-token -log p) of each completion under model, at T = 1."""
     from fgrpo_utils.logprob import completion_logp
-    logp = completion_logp(model, prompts, completions, reward.pad_id(tok), temperature=1.0,
-                                   batch_size=batch_size)
+    logp = completion_logp(model, prompts, completions, reward.pad_id(tok), temperature=1.0, batch_size=batch_size)
     return [float(-lp.mean()) for lp in logp]
 
 def run_rare_select(cfg):
@@ -673,8 +660,8 @@ def main(cfg):
         remove_temp(f.parent, [f.name])                              # what a killed run of ours left
     if cfg.models:
         return run_eval_many(cfg)
-    return {"eval": run_eval, "select": run_select, "compare": run_compare, "report": run_report,
-            "rare_select": run_rare_select, "rare_score": run_rare_score}[cfg.mode](cfg)
+    return {"eval": run_eval, "select": lambda c: write_selection(c, c.inputs, c.out), "compare": run_compare,
+            "report": run_report, "rare_select": run_rare_select, "rare_score": run_rare_score}[cfg.mode](cfg)
 
 if __name__ == "__main__":
     main(parse_config(Config, doc=__doc__))

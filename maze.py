@@ -53,7 +53,6 @@ from fgrpo_utils.task import Task
 
 # -----------------------------------------------------------------------------
 # Mazes: a (2k+1) x (2k+1) grid, border walls, "rooms" at odd coordinates (as MaxRL's public maze code)
-
 MOVES = {"UP": (-1, 0), "DOWN": (1, 0), "LEFT": (0, -1), "RIGHT": (0, 1)}
 HELDOUT_SEED0 = 1_000_000_000    # training seeds are [0, HELDOUT_SEED0); held-out seeds start here
 HELDOUT_MOD = 8                  # a grid is held out iff crc32(grid) % HELDOUT_MOD == 0 (1/8 of mazes)
@@ -211,7 +210,6 @@ def render(grid, path=None):
 
 # -----------------------------------------------------------------------------
 # Vocabulary and formats (MaxRL's public code, whose setup the paper follows, App. K): 32 words, whitespace-split
-
 VOCAB = ["<pad>", "<bos>", "<eos>", "<unk>", "GRID_START", "GRID_END", "PATH_START", "DONE", "PATH",
          "WALL", "GOAL", "START", "NEWLINE", "UP", "DOWN", "LEFT", "RIGHT", "\n"]
 VOCAB += [f"RESERVED_{i}" for i in range(14)]      # ids 18-31
@@ -219,8 +217,7 @@ PAD, BOS, EOS = 0, 1, 2
 CELL_TOKEN = {"#": "WALL", ".": "PATH", "S": "START", "G": "GOAL"}
 # Splits decoded text into vocabulary words (longest first), spaced or not (decision 6); any other character
 # is a one-character word, which is never a move.
-WORD = re.compile("|".join(re.escape(w) for w in sorted(VOCAB, key=len, reverse=True) if w.strip())
-                  + r"|\S")
+WORD = re.compile("|".join(re.escape(w) for w in sorted(VOCAB, key=len, reverse=True) if w.strip()) + r"|\S")
 
 def build_tokenizer():
     """The vocabulary as a Hugging Face fast tokenizer; ids are positions in VOCAB. WhitespaceSplit, not
@@ -257,7 +254,6 @@ def max_new_tokens_for(size):
 
 # -----------------------------------------------------------------------------
 # Policy (App. K: about 3M parameters; the shape is MaxRL's): Qwen2, 4 layers, 3.9M parameters
-
 def model_config():
     return Qwen2Config(vocab_size=len(VOCAB), hidden_size=256, intermediate_size=1024, num_hidden_layers=4,
                        num_attention_heads=4, num_key_value_heads=2, hidden_act="silu", rms_norm_eps=1e-6,
@@ -286,7 +282,6 @@ def save_sft(model, tokenizer, out_dir, info):
 
 # -----------------------------------------------------------------------------
 # SFT on shortest paths, and the held-out evaluation
-
 def sft_batch(tokenizer, grids):
     """input_ids and labels (B, T): prompt + shortest path + DONE <eos>, right-padded with <pad>.
     labels are -100 on the prompt and the padding: the loss covers tokens after PATH_START only."""
@@ -304,8 +299,7 @@ def sft(model, tokenizer, cfg, device="cpu"):
     """cfg.steps AdamW steps on fresh training mazes; returns the per-step loss (App. K)."""
     # Weight decay reaches every parameter, norms included; the paper does not say what it exempts.
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.95), weight_decay=0.01)
-    sched = torch.optim.lr_scheduler.LambdaLR(                 # cosine lr multiplier, 1 -> 0
-        opt, lambda s: 0.5 * (1.0 + math.cos(math.pi * s / cfg.steps)))
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 0.5 * (1.0 + math.cos(math.pi * s / cfg.steps)))
     rng = random.Random(cfg.seed)                      # training maze seeds: keyed by --seed only
     model.train()
     losses = []
@@ -333,10 +327,9 @@ def evaluate_mazes(engine, tokenizer, grids, n, seed, max_new_tokens=None, tempe
     res = {**{key: [0] * len(grids) for key in (*RULES, "truncated")}, "first": [None] * len(grids)}
     if not grids:
         return res
-    size = len(grids[0])
     prompts = encode(tokenizer, [prompt_text(g) for g in grids])
     seeds = [rollout.mix_seed(seed, zlib.crc32("\n".join(g).encode())) for g in grids]
-    out = engine.generate(prompts, n, seeds, max_new_tokens=max_new_tokens or max_new_tokens_for(size),
+    out = engine.generate(prompts, n, seeds, max_new_tokens=max_new_tokens or max_new_tokens_for(len(grids[0])),
                           stop_token_ids=[EOS], temperature=temperature, top_p=top_p, top_k=top_k)
     for i, ids, reason in zip(out.prompt_index, out.token_ids, out.finish_reason):
         tokens = tokenizer.convert_ids_to_tokens(ids)
@@ -382,13 +375,8 @@ def checkpoint_size(path):
     """The maze size a checkpoint directory was trained on (its sft.json, which train.py copies)."""
     return json.loads((Path(path) / "sft.json").read_text())["config"]["size"]
 
-def length_histogram(grids):
-    """{shortest-path length: count}, sorted by length."""
-    return dict(sorted(Counter(len(solve(g)) for g in grids).items()))
-
 # -----------------------------------------------------------------------------
 # Entry point
-
 @dataclass
 class Config:
     size: int = 9                 # grid side, odd, 7..17; 17 = the paper's mazes
@@ -406,7 +394,6 @@ class Config:
 
     @staticmethod
     def choices():
-        """The flags with a fixed set of values: __post_init__ refuses any other, --help lists them."""
         return {"maze_reward": RULES}
 
     def __post_init__(self):
@@ -437,7 +424,7 @@ def main(cfg):
     print(f"config: {asdict(cfg)} | device {device} | {sum(p.numel() for p in model.parameters()):,} params")
 
     heldout = heldout_mazes(cfg.size, cfg.eval_mazes)
-    lengths = length_histogram(heldout or heldout_mazes(cfg.size, 256))
+    lengths = dict(sorted(Counter(len(solve(g)) for g in heldout or heldout_mazes(cfg.size, 256)).items()))
     mean_len = sum(k * v for k, v in lengths.items()) / sum(lengths.values())
     print(f"held-out shortest-path lengths (moves: count), mean {mean_len:.1f}: {lengths}")
 

@@ -40,6 +40,7 @@ Choices where the paper is silent, and what we chose:
 """
 import atexit
 import base64
+import contextlib
 import functools
 import json
 import multiprocessing as mp
@@ -60,11 +61,9 @@ HELPFUL_SYSTEM = "You are a helpful assistant."
 LLAMA_DATE = "26 Jul 2024"
 # Stop tokens and max response length (App. L) per family. Base-model configs name
 # <|endoftext|> as eos while chat templates end turns with <|im_end|>, so both stop Qwen.
-FAMILIES = {
-    "qwen2.5": dict(stop=("<|im_end|>", "<|endoftext|>"), max_new_tokens=8192),
-    "qwen3": dict(stop=("<|im_end|>", "<|endoftext|>"), max_new_tokens=4096),
-    "llama3": dict(stop=("<|eot_id|>", "<|end_of_text|>", "<|eom_id|>"), max_new_tokens=8192),
-}
+FAMILIES = {"qwen2.5": dict(stop=("<|im_end|>", "<|endoftext|>"), max_new_tokens=8192),
+            "qwen3": dict(stop=("<|im_end|>", "<|endoftext|>"), max_new_tokens=4096),
+            "llama3": dict(stop=("<|eot_id|>", "<|end_of_text|>", "<|eom_id|>"), max_new_tokens=8192)}
 
 # -----------------------------------------------------------------------------
 # Answer extraction (choice 1) and equivalence (choices 2-3)
@@ -124,16 +123,12 @@ def extract_answer(completion):
     """
     text = answer_region(completion)
     box = last_box(text)
-    if box is not None:
-        return box or None
-    return phrase_answer(text[-ANSWER_TAIL_CHARS:])
+    return phrase_answer(text[-ANSWER_TAIL_CHARS:]) if box is None else box or None
 
 def gpqa_letter(completion):
     """'A'-'D' from the final answer: \\boxed{C}, \\boxed{(C)}, \\boxed{\\text{C}}, \\boxed{C) 4.2 eV}."""
     ans = extract_answer(completion)
-    if ans is None:
-        return None
-    m = re.fullmatch(r"(?:\\text(?:bf)?\{|\\mathrm\{|\{|\(|\s)*([A-Da-d])(?:\W.*)?", ans, re.S)
+    m = ans is not None and re.fullmatch(r"(?:\\text(?:bf)?\{|\\mathrm\{|\{|\(|\s)*([A-Da-d])(?:\W.*)?", ans, re.S)
     return m.group(1).upper() if m else None
 
 def phrase_answer(text):
@@ -204,17 +199,11 @@ def parse_gold(gold):
     """Parsed gold answer, cached: a 1,024-sample evaluation parses each gold once, not 1,024 times."""
     return _parse(_as_box(str(gold)))[0]
 
-def gold_is_parseable(gold):
-    """True when math-verify finds a mathematical object, not just the raw string, in the gold."""
-    return any(not isinstance(x, str) for x in parse_gold(gold))
-
 def judge(gold, text):
     """(correct, status) for verifier_input's text; status is 'ok', 'unparseable' or 'timeout'."""
     from math_verify import verify
     from math_verify.errors import TimeoutException
-    if text is None:
-        return False, "unparseable"
-    pred, status = _parse(text)
+    pred, status = ([], "unparseable") if text is None else _parse(text)
     if status != "ok":
         return False, status
     gold_parsed = parse_gold(gold)
@@ -306,11 +295,9 @@ class Scorer:
             for idx, (chunk, res) in enumerate(pending):
                 # Backstop: per key a gold parse, a parse and a comparison, each bounded by SIGALRM; only C
                 # code outlasts them. The clock starts as we wait, with earlier chunks collected: this one runs.
-                try:
+                with contextlib.suppress(Exception):    # mp.TimeoutError, or a worker that crashed
                     out.update(zip(chunk, res.get(timeout=self.backstop_s * (len(chunk) + 1))))
                     continue
-                except Exception:                       # mp.TimeoutError, or a worker that crashed
-                    pass
                 # A worker hangs: keep what finished, kill the pool, retry the rest; the hung chunk
                 # goes back one key at a time so that only the culprit ends as a timeout.
                 for ch, r in pending[idx + 1:]:
@@ -356,10 +343,9 @@ def load_jsonl(path, required=("problem", "answer")):
             if not isinstance(row, dict):
                 raise ValueError(f"{where}: expected a JSON object, got {type(row).__name__}")
             for key in required:
-                value = row.get(key)
-                if key in ("problem", "answer") and isinstance(value, int) and not isinstance(value, bool):
+                value, text_field = row.get(key), key in ("problem", "answer")
+                if text_field and isinstance(value, int) and not isinstance(value, bool):
                     value = row[key] = str(value)
-                text_field = key in ("problem", "answer")
                 if value is None or (text_field and isinstance(value, str) and not value.strip()):
                     raise ValueError(f"{where}: missing or empty field {key!r}")
                 if text_field and not isinstance(value, str):   # 0.5 or [1, 2]: a float would lose digits
@@ -454,7 +440,8 @@ def filter_math_train(rows, tokenizer, family, max_prompt_tokens=1024, log=print
         groups[" ".join(r["problem"].split())].append(r)
     agree = [c for c in groups.values() if len({" ".join(x["answer"].split()) for x in c}) == 1]
     unique = [c[0] for c in agree]
-    parseable = [r for r in unique if gold_is_parseable(r["answer"])]
+    # math-verify's parse lists the raw string too: a gold with nothing else has no mathematical parse
+    parseable = [r for r in unique if any(not isinstance(x, str) for x in parse_gold(r["answer"]))]
     texts = [format_prompt(tokenizer, r["problem"], family) for r in parseable]
     lengths = [len(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]] if texts else []
     kept = [r for r, n in zip(parseable, lengths) if n <= max_prompt_tokens]
@@ -468,7 +455,6 @@ def filter_math_train(rows, tokenizer, family, max_prompt_tokens=1024, log=print
 
 # -----------------------------------------------------------------------------
 # Prompts and tokenizers per model family (choice 5; Table 9)
-
 # The Llama 3.2 Instruct template (no tools): the date header is always there, the system text follows.
 LLAMA32_TEMPLATE = (
     "{{- bos_token }}{%- if messages[0]['role'] == 'system' %}{%- set system_message = messages[0]"
@@ -483,16 +469,14 @@ LLAMA32_TEMPLATE = (
 def model_family(name):
     """'qwen2.5' | 'qwen3' | 'llama3' from a model id, path or config.model_type ('qwen2', 'llama')."""
     s = str(name).lower()
-    if "qwen3" in s:
-        return "qwen3"
-    if "llama" in s:
-        return "llama3"
-    if "qwen" in s:
-        return "qwen2.5"
+    for key, family in (("qwen3", "qwen3"), ("llama", "llama3"), ("qwen", "qwen2.5")):    # qwen3 before qwen
+        if key in s:
+            return family
     raise ValueError(f"unknown model family for {name!r}: expected a Qwen2.5, Qwen3 or Llama-3 model")
 
-def chat_messages(problem, family, task="math"):
-    """(messages, enable_thinking) per Table 9. task: math | gpqa | ifeval | synlogic."""
+def format_prompt(tokenizer, problem, family, task="math"):
+    """The prompt text through the model's chat template, with Table 9's system prompt and thinking switch per
+    task (math | gpqa | ifeval | synlogic). Encode it with add_special_tokens=False."""
     if task in ("math", "gpqa"):
         system, thinking = MATH_SYSTEM, True
     elif family == "qwen2.5":
@@ -500,13 +484,8 @@ def chat_messages(problem, family, task="math"):
     else:                                   # Qwen3: no system prompt; Llama: the date lines only
         system, thinking = None, task == "synlogic"
     messages = [{"role": "system", "content": system}] if system else []
-    return messages + [{"role": "user", "content": problem}], thinking
-
-def format_prompt(tokenizer, problem, family, task="math"):
-    """The prompt text through the model's chat template. Encode it with add_special_tokens=False."""
-    messages, thinking = chat_messages(problem, family, task)
-    return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True,
-                                         enable_thinking=thinking, date_string=LLAMA_DATE)
+    return tokenizer.apply_chat_template(messages + [{"role": "user", "content": problem}], tokenize=False,
+                                         add_generation_prompt=True, enable_thinking=thinking, date_string=LLAMA_DATE)
 
 def tokenizer_family(tokenizer):
     """The family from the tokenizer's name, else from its vocabulary (a local folder of any name)."""

@@ -34,7 +34,7 @@ import multiprocessing as mp
 import os
 import time
 from collections import defaultdict
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from queue import Empty
@@ -77,7 +77,6 @@ class Config:
 
     @staticmethod
     def choices():
-        """The flags with a fixed set of values: __post_init__ refuses any other, --help lists them."""
         return {"optimizer": ("adamw", "signsgd", "sgd"), "surrogate": ("distinct", "counts")}
 
     def __post_init__(self):
@@ -107,16 +106,11 @@ class Config:
 
 # -----------------------------------------------------------------------------
 # The simulation: policy, exact count sampler, closed-form gradient, metrics
-
 def initial_logits(cfg):
     z = torch.zeros(cfg.num_actions)                        # (K,) wrong actions at 0
     z[: cfg.num_correct] = cfg.correct_logit
     z[0] = cfg.anchor_logit
     return z
-
-def initial_q_pos(cfg):
-    """Q_pos of pi_0, the level C1 measures growth from (0.630 for the paper's logits)."""
-    return float(torch.softmax(initial_logits(cfg), 0)[: cfg.num_correct].sum())
 
 def reward_vector(cfg):
     R = torch.full((cfg.num_actions,), cfg.r_wrong)         # (K,)
@@ -252,12 +246,10 @@ def run_rows(rows, cfg, progress=None):
 def keep_freed_memory():
     """Ask glibc to keep freed blocks below 64 MB mapped: else each step's ~1 MB temporaries come back as
     fresh pages, whose faults cost a third of the step at N = 131,072. A no-op without glibc (macOS, musl)."""
-    try:
+    with suppress(OSError, AttributeError):
         libc = ctypes.CDLL("libc.so.6")
         libc.mallopt(-3, 64 << 20)           # M_MMAP_THRESHOLD
         libc.mallopt(-1, 256 << 20)          # M_TRIM_THRESHOLD
-    except (OSError, AttributeError):
-        pass
 
 def _worker(job):
     cfg, rows, queue = job
@@ -278,10 +270,8 @@ def run_jobs(jobs, workers, desc="simulate"):
             queue = manager.Queue()
             job = pool.map_async(_worker, [(cfg, rows, queue) for cfg, rows in jobs], chunksize=1)
             while not job.ready() or not queue.empty():
-                try:
+                with suppress(Empty):
                     bar.update(queue.get(timeout=0.2))
-                except Empty:
-                    pass
             out = job.get()
     bar.close()
     return out
@@ -308,15 +298,11 @@ def simulate(cfg):
     """Every (N, gamma, seed) of cfg, split over worker processes: (runs, CPU seconds per phase, steps)."""
     workers = cfg.workers or os.cpu_count()
     outputs = run_jobs([(cfg, rows) for rows in deal(all_rows(cfg), workers)], workers)
-    timing = defaultdict(float)
-    for _, _, tm in outputs:
-        for k, v in tm.items():
-            timing[k] += v
-    return collect(cfg, outputs), dict(timing), outputs[0][1]["step"]
+    timing = {k: sum(tm[k] for _, _, tm in outputs) for k in outputs[0][2]}      # every job times every phase
+    return collect(cfg, outputs), timing, outputs[0][1]["step"]
 
 # -----------------------------------------------------------------------------
 # The paper's claims about Fig. 2 (Sec. 5.1): its words as thresholds, fixed before any result (RESULTS.md).
-
 # Sec. 5.1 / Fig. 2(c): regime I is N <= 16 (2 and 16 in Fig. 2), II "about 256 .. 8,192", III the largest N
 SMALL, ZONE = 16, (256, 8192)
 GROWS = 0.01          # C1 "Q_pos grows": final Q_pos above Q_pos(0) by more than this
@@ -371,7 +357,6 @@ CLAIMS = ("C1 Q_pos grows at every N", "C2 zone collapses to ~0.2", "C3 γ=1 rai
 
 # -----------------------------------------------------------------------------
 # The mechanism: one step from pi_0, theory beside simulation
-
 def softmax_change(p, dz):
     """softmax(z + dz) - softmax(z) for p = softmax(z), without cancellation: q_i - p_i =
     p_i (expm1(dz_i) - (Z - 1)) / Z with Z - 1 = sum_j p_j expm1(dz_j). float64, (K,) -> (K,)."""
@@ -420,18 +405,16 @@ def one_step_check(cfg, group_sizes, draws, seed=0):
     return out
 
 def one_step_table(rows, cfg):
-    f = lambda r, k: f"{r[k]:+.2e}"
     lines = [f"| N | Pr(B), Lemma 3.1 | E[Q_u,pos] | dQ_pos Eq. 17 | dQ_pos simulated | dQ_u,pos Eq. 10 | "
              f"dQ_u,pos simulated | dQ_pos, {cfg.optimizer} step | dQ_u,pos, {cfg.optimizer} step |",
              "|---" * 9 + "|"]
     for r in rows:
         lines.append(f"| {r['N']} | {r['Pr_B']:.2g} | {r['Q_u_pos']:.3f} | " + " | ".join(
-            f(r, k) for k in ("theory_dQ", "sim_dQ", "theory_dQu", "sim_dQu", "opt_dQ", "opt_dQu")) + " |")
+            f"{r[k]:+.2e}" for k in ("theory_dQ", "sim_dQ", "theory_dQu", "sim_dQu", "opt_dQ", "opt_dQu")) + " |")
     return "\n".join(lines)
 
 # -----------------------------------------------------------------------------
 # The optimizer sensitivity study: which of C1-C5 hold under which unstated constants
-
 SENSITIVITY = dict(
     group_sizes=(2, 16, 256, 8192, 131_072), seeds=2,
     adamw=[dict(optimizer="adamw", lr=lr, adam_eps=eps, weight_decay=wd)
@@ -442,10 +425,8 @@ SENSITIVITY = dict(
             dict(optimizer="sgd", lr=1e5, adam_eps=1e-8, weight_decay=0.0)])
 
 def setting_label(st):
-    label = f"{st['optimizer']} lr {st['lr']:g}"
-    if st["optimizer"] != "sgd":
-        label += f" eps {st['adam_eps']:g}"
-    return label + f" wd {st['weight_decay']:g}"
+    eps = "" if st["optimizer"] == "sgd" else f" eps {st['adam_eps']:g}"
+    return f"{st['optimizer']} lr {st['lr']:g}{eps} wd {st['weight_decay']:g}"
 
 def preference(st, held):
     """Sort key (smaller first): most claims, nearest the paper (AdamW, lr 1e-2), then PyTorch (wd 0.01, eps 1e-8)."""
@@ -499,7 +480,7 @@ def run_sensitivity(cfg, out):
     else:
         t0 = time.perf_counter()
         results = sensitivity(cfg, settings, SENSITIVITY["group_sizes"], SENSITIVITY["seeds"])
-        q0 = initial_q_pos(cfg)
+        q0 = float(torch.softmax(initial_logits(cfg), 0)[: cfg.num_correct].sum())   # Q_pos of pi_0: C1's level
         atomic_write_json(path, dict(config=dataclasses.asdict(cfg), wall_s=round(time.perf_counter() - t0, 1),
                                      q_pos0=q0, results=results))
         mark_out_dir(out, [path.name])
@@ -517,7 +498,6 @@ def run_sensitivity(cfg, out):
 
 # -----------------------------------------------------------------------------
 # Figures
-
 def save(fig, path):
     """Write a figure atomically (a reader sees the old PNG or the new one) and close it."""
     import matplotlib.pyplot as plt
@@ -590,12 +570,9 @@ def table(res):
     lines = ["| N | " + " | ".join(f"Q_pos γ={g:g} | M_ret γ={g:g}" for g in gammas) + " |",
              "|---" * (1 + 2 * len(gammas)) + "|"]
     for n in sorted({r["N"] for r in runs}):
-        cells = []
-        for gm in gammas:
-            for key in ("Q_pos_final", "M_ret_final"):
-                v = [r[key] for r in runs if r["N"] == n and r["gamma"] == gm]
-                cells.append(f"{np.mean(v):.3f} ± {np.std(v):.3f}")
-        lines.append(f"| {n} | " + " | ".join(cells) + " |")
+        values = [[r[key] for r in runs if r["N"] == n and r["gamma"] == gm]
+                  for gm in gammas for key in ("Q_pos_final", "M_ret_final")]
+        lines.append(f"| {n} | " + " | ".join(f"{np.mean(v):.3f} ± {np.std(v):.3f}" for v in values) + " |")
     return "\n".join(lines)
 
 def main(cfg):

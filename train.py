@@ -53,8 +53,8 @@ import transformers
 import maze
 import reward
 import toy_task
-from advantage import (CLIP_EPS, LOSS_AGG, aggregate, clip_bounds, ds_grpo_advantages, focal_advantages,
-                       group_advantages, kl_k3, ks_up_to, pass_at_k_table, policy_loss, token_mean)
+from advantage import (CLIP_EPS, LOSS_AGG, WEIGHTINGS, aggregate, clip_bounds, ds_grpo_advantages, group_advantages,
+                       kl_k3, ks_up_to, pass_at_k_table, policy_loss, token_mean, unlikely_rewards, weighted_advantages)
 from fgrpo_utils import memory_plan, policy, preflight
 from fgrpo_utils.cli import parse_config
 from fgrpo_utils.distributed import all_max, all_sum, balance_ranks, batch_problems, init_dist, print0
@@ -77,6 +77,11 @@ class Config:
     # algorithm (each paper row is a flag or two; README "Reproducing the paper")
     loss: str = "grpo"                # "grpo" (Eq. 14) | "dapo" (clip-higher) | "cispo" (Eqs. 15-16)
     gamma: float = 0.0                # focal exponent, Eq. 12; 0 = the base method
+    weighting: str = "focal"          # each group's weight: "focal" (Eq. 12) | a rival (advantage.py): "maxrl" |
+                                      # "passk" (pass@k training) | "wreinforce" (no baseline)
+    passk_k: int = 4                  # --weighting passk: k, 1 <= k <= N
+    wreinforce_lambda: float = 0.1    # --weighting wreinforce: a correct sample's advantage (a wrong one's -1)
+    unlikely_beta: float = 0.0        # unlikeliness reward (any weighting): rewards x (1 - beta rank / N); 0 = off
     group_size: int = 8               # N rollouts per prompt
     eps_low: float | None = None      # clip widths; None = the --loss default (0.2/0.2, 0.2/0.28, 1/5)
     eps_high: float | None = None     # the upper one, 1 + eps_high
@@ -147,7 +152,8 @@ class Config:
         """The flags with a fixed set of values: __post_init__ refuses any other, --help lists them."""
         return {"task": tuple(TASKS), "engine": ("auto", "torch", "vllm"), "loss": tuple(CLIP_EPS),
                 "loss_agg": LOSS_AGG, "maze_reward": maze.RULES, "device": ("auto", "cpu", "cuda"),
-                "grad_checkpointing": ("auto", "true", "false"), "attention": ("loop", "varlen")}
+                "grad_checkpointing": ("auto", "true", "false"), "attention": ("loop", "varlen"),
+                "weighting": tuple(WEIGHTINGS)}
 
 # --task picks one row (a TaskEntry: fgrpo_utils/task.py). A new task: toy_task.py.
 TASKS = {
@@ -155,7 +161,7 @@ TASKS = {
                       flags=("data", "max_prompt_len", "max_response_len")),
     "maze": TaskEntry(maze.make_task, tokenizer=maze.build_tokenizer, model=maze.build_model, check=maze.check_flags,
                       flags=("maze_size", "maze_reward", "eval_every", "eval_mazes", "eval_samples")),
-    "reverse": TaskEntry(toy_task.make_task, tokenizer=toy_task.build_tokenizer),
+    "reverse": TaskEntry(toy_task.make_task, tokenizer=toy_task.build_tokenizer, partial=True),
 }
 
 # -----------------------------------------------------------------------------
@@ -243,13 +249,12 @@ def rl_step(cfg, step, task, model, ref_model, engine, opt, *, pad, device, rank
     rewards, reward_stats = task.score([items[i][1] for i in rollouts.prompt_index], completions)
     R = torch.tensor(rewards, dtype=torch.float32).view(len(idx), cfg.group_size)  # (P, N)
 
-    # 3) advantages: the group z-score, then the focal weight g = (1 - mu_hat)^gamma of each group
-    A_pre = group_advantages(R, cfg.norm_std)                                      # Eq. 3
-    if cfg.ds_grpo:
-        lbar = torch.tensor([sum(e) / max(len(e), 1) for e in rollouts.engine_logp])
-        A, g = ds_grpo_advantages(R, lbar.view_as(R)), torch.ones(len(idx))
-    else:
-        A, g = focal_advantages(R, cfg.gamma, normalize_std=cfg.norm_std)          # Eqs. 11-13
+    # 3) advantages: the group z-score, then each group's weight: g = (1 - mu_hat)^gamma, or a rival's
+    lbar = torch.tensor([sum(e) / max(len(e), 1) for e in rollouts.engine_logp]).view_as(R)  # mean log pi_old
+    shaped = unlikely_rewards(R, lbar, cfg.unlikely_beta) if cfg.unlikely_beta else R       # --unlikely_beta
+    A_pre = group_advantages(shaped, cfg.norm_std)                                 # Eq. 3
+    A, g = (ds_grpo_advantages(R, lbar), torch.ones(len(idx))) if cfg.ds_grpo else weighted_advantages(
+        shaped, cfg.weighting, cfg.gamma, cfg.passk_k, cfg.wreinforce_lambda, cfg.norm_std)    # Eqs. 11-13
     if all_max(float(not torch.isfinite(A).all())) > 0:    # any rank's: all stop together
         raise NonFinite(f"step {step + 1}: non-finite advantages (rewards {R.flatten().tolist()[:16]} ...); "
                         "a task's score or a weighting gave NaN or inf")

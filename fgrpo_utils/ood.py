@@ -123,13 +123,10 @@ _RELATIONS = ("less than", "at least")
 _LANGUAGES = ("en es pt ar hi fr ru de ja it bn uk th ur ta te bg ko pl he fa vi ne sw kn mr gu pa ml fi"
               .split())                                 # instructions_util.LANGUAGE_CODES
 
-def _is_count(n):
-    return isinstance(n, int) and n >= 0
-
 _VALID_KWARGS = {   # kwarg -> test it must pass (choice 3)
     **dict.fromkeys(("relation", "let_relation", "capital_relation"), lambda r: r in _RELATIONS),
-    **dict.fromkeys(("num_sentences", "num_words", "frequency", "let_frequency", "num_placeholders",
-                     "num_bullets", "num_highlights", "num_sections", "num_paragraphs"), _is_count),
+    **dict.fromkeys(("num_sentences", "num_words", "frequency", "let_frequency", "num_placeholders", "num_bullets",
+                     "num_highlights", "num_sections", "num_paragraphs"), lambda n: isinstance(n, int) and n >= 0),
     **dict.fromkeys(("keyword", "keywords", "forbidden_words", "prompt_to_repeat"), bool),
     "letter": lambda c: isinstance(c, str) and len(c) == 1 and not c.isspace(),
     "language": lambda code: code in _LANGUAGES,
@@ -161,9 +158,7 @@ def _case_en(t, case):
 
 def _paragraphs(t, num_paragraphs):
     parts = re.split(r"\s?\*\*\*\s?", t)
-    if any(not p.strip() for p in parts[1:-1]):
-        return False
-    return sum(bool(p.strip()) for p in parts) == num_paragraphs
+    return all(p.strip() for p in parts[1:-1]) and sum(bool(p.strip()) for p in parts) == num_paragraphs
 
 def _nth_paragraph(t, num_paragraphs, nth_paragraph, first_word):
     parts = re.split(r"\n\n", t)
@@ -176,10 +171,8 @@ def _nth_paragraph(t, num_paragraphs, nth_paragraph, first_word):
 
 def _two_responses(t):
     parts = t.split("******")
-    if any(not p.strip() for p in parts[1:-1]):
-        return False
-    valid = [p for p in parts if p.strip()]
-    return len(valid) == 2 and valid[0].strip() != valid[1].strip()
+    valid = [p.strip() for p in parts if p.strip()]
+    return all(p.strip() for p in parts[1:-1]) and len(valid) == 2 and valid[0] != valid[1]
 
 def _postscript(t, postscript_marker):
     m = postscript_marker.strip()

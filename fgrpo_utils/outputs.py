@@ -77,11 +77,7 @@ def written_by(script):
     """The mark a script puts inside the files it writes: "fgrpo evaluate.py"."""
     return f"{MARK} {script}"
 
-TABLE_MARK = "<!-- written by "       # the first line of a table we write begins so (table_mark)
-
-def table_mark(script):
-    """The first line of a markdown table we write: an HTML comment, invisible when rendered."""
-    return f"{TABLE_MARK}{written_by(script)}; rerunning it replaces this file -->\n"
+TABLE_MARK = "<!-- written by "       # a table's first line: an HTML comment, invisible when rendered
 
 def file_mark(path):
     """The mark inside an output file ("fgrpo evaluate.py"; where: the module docstring), or None."""
@@ -100,7 +96,6 @@ def file_mark(path):
                 return im.info.get("Software")
     except Exception:                # unreadable, not UTF-8, not a PNG ...: not ours, whatever the error
         return None
-    return None
 
 def is_ours(path, script=None):
     """Whether an existing file or folder is ours to replace. A file: the marker of its folder lists
@@ -121,14 +116,14 @@ def is_ours(path, script=None):
 def foreign_entries(folder, known=()):
     """The entries of `folder` that are not ours (the module docstring's rule; `known`: the caller's names)."""
     ours = owned_entries(folder) | {MARKER}
-    return sorted(e for e in os.listdir(folder) if e not in ours and not is_known(e, known)
+    return sorted(e for e in os.listdir(folder) if e not in ours and not any(fnmatchcase(e, k) for k in known)
                   and not is_temp_of(e, ours, known))
 
 def write_json_out(path, obj, script):
     atomic_write_json(path, {"written_by": written_by(script), **obj})
 
 def write_table_out(path, text, script):
-    atomic_write_text(path, table_mark(script) + text)
+    atomic_write_text(path, f"{TABLE_MARK}{written_by(script)}; rerunning it replaces this file -->\n" + text)
 
 def png_metadata(script):
     """savefig(..., metadata=png_metadata(script)) puts `script`'s mark in the PNG."""
@@ -154,9 +149,6 @@ def is_temp_of(entry, names, patterns=()):
     return any(entry.startswith(f".{n}.tmp.") or entry == f".{n}.old" for n in names) or \
         any(fnmatchcase(entry, f".{p}.tmp.*") or fnmatchcase(entry, f".{p}.old") for p in patterns)
 
-def is_known(entry, known):
-    return any(fnmatchcase(entry, k) for k in known)
-
 def check_writable(path, flag):
     """`path` can be created: its nearest existing ancestor is a folder we may write in."""
     p = Path(path)
@@ -170,12 +162,11 @@ def check_out_dir(path, flag="--out_dir", known=()):
     of only our entries (`known`: the caller's fixed names). Configs call it in __post_init__, before work."""
     p = Path(path)
     check(not p.exists() or p.is_dir(), f"{flag} {p}: is a file, not a folder")
-    if p.is_dir():
-        foreign = foreign_entries(p, known)
-        if foreign:
-            more = f" and {len(foreign) - 1} more" if len(foreign) > 1 else ""
-            raise ValueError(f"{flag} {p}: holds {foreign[0]!r}{more}, which we did not write; choose "
-                             f"another folder (we never write over what is not ours)")
+    foreign = foreign_entries(p, known) if p.is_dir() else []
+    if foreign:
+        more = f" and {len(foreign) - 1} more" if len(foreign) > 1 else ""
+        raise ValueError(f"{flag} {p}: holds {foreign[0]!r}{more}, which we did not write; choose "
+                         f"another folder (we never write over what is not ours)")
     check_writable(p, flag)
 
 def mark_out_dir(path, entries):

@@ -42,7 +42,13 @@ def check_config(cfg, tasks):
     for name in ("adam_beta1", "adam_beta2"):
         check(0 <= getattr(cfg, name) < 1, f"--{name} {getattr(cfg, name)}: must be in [0, 1)")
     check(0 < cfg.top_p <= 1, f"--top_p {cfg.top_p}: must be in (0, 1]")
+    check(1 <= cfg.passk_k <= (cfg.group_size if cfg.weighting == "passk" else 1 << 20),
+          f"--passk_k {cfg.passk_k}: must be in [1, --group_size {cfg.group_size}]")
+    check(0 <= cfg.wreinforce_lambda < math.inf, f"--wreinforce_lambda {cfg.wreinforce_lambda}: must be >= 0 and finite")
+    check(0 <= cfg.unlikely_beta <= 1, f"--unlikely_beta {cfg.unlikely_beta}: must be in [0, 1]")
     check_task_flags(cfg, tasks)
+    check(not tasks[cfg.task].partial or cfg.weighting in ("focal", "maxrl"), f"--weighting {cfg.weighting}: "
+          f"needs rewards of 0 or 1, and --task {cfg.task}'s are partial (focal and maxrl take them)")
     check_flags_act(cfg)
     if cfg.plan:               # a plan needs the model's config.json and nothing else
         check(Path(cfg.model, "config.json").is_file(), f"--model {cfg.model}: --plan needs a folder "
@@ -55,8 +61,13 @@ def check_config(cfg, tasks):
 def check_flags_act(cfg):
     """A flag set to a value that cannot act in this run is refused, never recorded in run.json as
     if it had acted (--ds_grpo true --gamma 1 trained exactly as --gamma 0)."""
-    idle = {"gamma": cfg.ds_grpo and "--ds_grpo true weights no advantage by (1 - mu_hat)^gamma",
-            "norm_std": cfg.ds_grpo and "--ds_grpo true always divides by the population std",
+    rival = cfg.weighting != "focal" and f"--weighting {cfg.weighting} weights each group by its own rule"
+    idle = {"gamma": cfg.ds_grpo and "--ds_grpo true weights no advantage by (1 - mu_hat)^gamma" or rival,
+            "norm_std": cfg.ds_grpo and "--ds_grpo true always divides by the population std" or rival,
+            "weighting": cfg.ds_grpo and "--ds_grpo true replaces the weighting",
+            "unlikely_beta": cfg.ds_grpo and "--ds_grpo true has a likelihood term of its own",
+            "passk_k": cfg.weighting != "passk" and "only --weighting passk reads it",
+            "wreinforce_lambda": cfg.weighting != "wreinforce" and "only --weighting wreinforce reads it",
             "dual_clip": cfg.loss == "cispo" and "--loss cispo has no dual clip (Eqs. 15-16)",
             "eval_every": cfg.eval_mazes == 0 and "--eval_mazes 0 evaluates nothing",
             "eval_samples": cfg.eval_mazes == 0 and "--eval_mazes 0 evaluates nothing",

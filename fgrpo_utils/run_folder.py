@@ -54,13 +54,12 @@ RESUME_MAY_CHANGE = ("steps", "save_every", "eval_every", "eval_mazes", "eval_sa
 
 # -----------------------------------------------------------------------------
 # Before any work: lock out_dir, refuse what cannot run, tidy what killed runs left
-
 def check_run(cfg, out, problems=()):
     """Collective. Refuse, in one line, what only shows once the process group exists: out_dir in use by
     another run (first: it says the most), the caller's `problems`, then folder_problems; then tidy what
     killed runs left. Returns (the checkpoint folder --resume continues from, or None; its meta.json)."""
     problems = (lock_out_dir(out) if dist.get_rank() == 0 else []) + list(problems)
-    ckpt, meta, skipped = find_checkpoint(out / "ckpt") if cfg.resume else (None, None, [])
+    ckpt, meta, skipped = find_checkpoint(step_folders(out / "ckpt")) if cfg.resume else (None, None, [])
     problems += folder_problems(cfg, out, ckpt, meta)
     first = [problems[0] if problems else None]        # the lock is rank 0's: all ranks follow its answer
     dist.broadcast_object_list(first, src=0)
@@ -78,7 +77,8 @@ def check_run(cfg, out, problems=()):
 def folder_problems(cfg, out, ckpt, meta):
     """What in out_dir stops this run: what the run would rewrite or replace that is not ours, an earlier
     run's checkpoints without --resume; with it, another experiment's checkpoint or export, a damaged export."""
-    problems, ckpt_root, exports = [], out / "ckpt", export_folders(out)
+    problems, ckpt_root = [], out / "ckpt"
+    exports = sorted(p for p in out.glob("*_*") if re.fullmatch(r"epoch_\d+|step_\d{6,}", p.name) and p.is_dir())
     for name in LOGS if not cfg.resume else ():   # a fresh run rewrites them: only if a run of ours wrote them
         if (out / name).exists() and not is_ours(out / name, "train.py"):
             problems.append(f"--out_dir {out}: holds {name}, which no train.py run wrote there (no {MARKER} "
@@ -116,8 +116,7 @@ def folder_problems(cfg, out, ckpt, meta):
     return problems
 
 def remove_killed_saves(out, ckpt_root):
-    """Delete what killed runs left, by our temp names only: half-written (.step_N.tmp) or moved-aside
-    (.step_N.old) checkpoints and atomic-write temps."""
+    """Delete what killed runs left, by our temp names only: .step_N.tmp/.old checkpoints, atomic-write temps."""
     for p in ckpt_root.glob(".step_*"):
         if re.fullmatch(r"\.step_\d+\.(tmp|old)", p.name):
             shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()
@@ -170,7 +169,6 @@ def lock_is_ours(path):
 
 # -----------------------------------------------------------------------------
 # Logs: run.json once, then one metrics.jsonl line and one printed line per step
-
 def start_logging(cfg, out, task, world, start):
     """Rank 0 writes run.json, drops metrics logged after the checkpoint, and gets the logger."""
     if dist.get_rank() != 0:
@@ -190,11 +188,9 @@ def keep_metrics_until(path, step):
         return
     keep = []
     for line in path.read_text().splitlines():
-        try:
+        with contextlib.suppress(json.JSONDecodeError, KeyError):      # a line cut short by a kill
             if json.loads(line)["step"] <= step:
                 keep.append(line)
-        except (json.JSONDecodeError, KeyError):      # a line cut short by a kill
-            pass
     atomic_write_text(path, "".join(l + "\n" for l in keep))
 
 def make_logger(cfg, out):
@@ -265,7 +261,6 @@ def disk_trouble(path, e):
 # Checkpoints: DCP, one folder ckpt/step_NNNNNN per save, and no "latest" pointer to fall out of step:
 # resume takes the newest whole one. Each is written under a temp name and renamed once complete, so a
 # kill at any moment leaves every step_* folder whole or (disk trouble aside) absent.
-
 def save_checkpoint(model, opt, step, cfg, out_dir):
     """Collective: save model, optimizer and RNG as ckpt/step_NNNNNN; drop what --keep_checkpoints drops."""
     ckpt_root = Path(out_dir) / "ckpt"
@@ -390,12 +385,8 @@ def checkpoint_meta(path):
               f"{info.relative_path}: shorter than .metadata says")
     return meta
 
-def find_checkpoint(ckpt_root):
-    """(newest whole checkpoint folder or None, its meta or None, ["step_N (what is damaged)" skipped])."""
-    return find_checkpoint_among(step_folders(ckpt_root))
-
-def find_checkpoint_among(folders):
-    """find_checkpoint over a list of step folders, newest first."""
+def find_checkpoint(folders):
+    """(first whole folder of `folders`, newest first, or None; its meta or None; ["step_N (damage)" skipped])."""
     skipped = []
     for path in folders:
         try:
@@ -430,7 +421,7 @@ def resume_from(model, opt, ckpt, meta):
         if not errors:
             return step
         older = [p for p in step_folders(ckpt.parent) if int(p.name[5:]) < int(ckpt.name[5:])]
-        failed, (ckpt, meta, _) = ckpt, find_checkpoint_among(older)
+        failed, (ckpt, meta, _) = ckpt, find_checkpoint(older)
         if dist.get_rank() == 0:
             print(f"warning: {failed.name} could not be loaded ({errors[0]}); "
                   + (f"resuming from {ckpt.name}" if ckpt else "no older checkpoint"), file=sys.stderr, flush=True)
@@ -467,7 +458,6 @@ def resume_conflicts(saved, cfg):
 # -----------------------------------------------------------------------------
 # Exports: Hugging Face model folders that from_pretrained and evaluate.py load as they are; epoch_E and
 # step_NNNNNN are for checkpoint selection (App. L.4; evaluate.py --models, select_checkpoint).
-
 def export_names(cfg, done, num_prompts):
     """The exports due once `done` steps are finished. Step s trains on global prompt indices s * P ...
     (s + 1) * P - 1 (P = --prompts_per_step); index i is problem i mod num_prompts of epoch i // num_prompts
@@ -491,10 +481,6 @@ def due_exports(cfg, done, num_prompts, out):
         dist.broadcast_object_list(decided, src=0)
         names = decided[0]
     return names
-
-def export_folders(out):
-    """The epoch_E and step_NNNNNN folders in out_dir (TRAIN_OUTPUTS' patterns), by name."""
-    return sorted(p for p in Path(out).glob("*_*") if re.fullmatch(r"epoch_\d+|step_\d{6,}", p.name) and p.is_dir())
 
 def progress(cfg, done, num_prompts):
     """progress.json of an export; checkpoint selection compares compute as rollouts (select_checkpoint)."""

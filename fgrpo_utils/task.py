@@ -6,13 +6,8 @@ from typing import Callable
 
 @dataclass
 class Task:
-    """What a task gives the trainer; train.py's --task NAME builds one through its row in TASKS. A new task:
-    1) a copy of toy_task.py (my_task.py) whose make_task(cfg, tokenizer, model_type) returns a Task and
-       whose build_tokenizer() returns its own small tokenizer, if it has one;
-    2) one row in train.py's TASKS, beside its import:
-           "my_task": TaskEntry(my_task.make_task, tokenizer=my_task.build_tokenizer),
-       Then `python train.py --task my_task --model tiny --device cpu --steps 2` runs it (with the task's
-       own tokenizer, --model tiny needs no --tokenizer: a random policy of that vocabulary).
+    """What a task gives the trainer; train.py's --task NAME builds one through its row in TASKS (TaskEntry).
+    A new task is a copy of toy_task.py plus that row: toy_task.py's docstring gives the steps.
 
     prompt(i) -> (prompt_ids, answer): training prompt i, a global index (step * prompts_per_step + ...),
         the same on every rank and world size; `answer` is whatever score needs.
@@ -46,3 +41,4 @@ class TaskEntry:
     flags: tuple = ()                   # the task flags it reads; the others must keep their defaults
     check: Callable | None = None       # (cfg) -> None: its flags and inputs, ValueError('--flag ...') if wrong
     packages: Callable | None = None    # (cfg) -> [(package, needed, flag, fix)] beyond requirements.txt
+    partial: bool = False               # rewards anywhere in [0, 1], not only 0 and 1 (--weighting refuses some)

@@ -46,6 +46,7 @@ BAD = {("maze", "show_seed"): -2,                      # -1 = off
 EXTRA = [("train", "grad_clip", 0), ("train", "dual_clip", 1), ("train", "temperature", 0),
          ("train", "top_p", 0), ("train", "top_p", 1.5), ("train", "maze_size", 8), ("train", "lr", 0),
          ("train", "group_size", 1), ("train", "adam_beta2", 1), ("train", "eps_low", 1.5),
+         ("train", "passk_k", 0), ("train", "passk_k", 9), ("train", "unlikely_beta", 1.5),
          ("evaluate", "temperature", 0), ("evaluate", "top_p", 0), ("evaluate", "prompts_per_call", 0),
          ("evaluate", "rare_frac", 0), ("evaluate", "n", 0), ("maze", "size", 8), ("maze", "lr", 0)]
 
@@ -142,7 +143,11 @@ def test_help_explains_every_flag_and_lists_fixed_values(script, capsys):
     (["--task", "maze", "--eval_mazes", "0", "--eval_every", "2"], "--eval_every"),
     (["--task", "maze", "--eval_mazes", "0", "--eval_samples", "8"], "--eval_samples"),
     (["--attention", "varlen", "--padding_free", "false"], "--attention"),
-    (["--attention", "varlen", "--share_prompts", "true"], "--attention")])
+    (["--attention", "varlen", "--share_prompts", "true"], "--attention"),
+    (["--weighting", "maxrl", "--gamma", "0.5"], "--gamma"), (["--weighting", "passk", "--norm_std", "false"], "--norm_std"),
+    (["--passk_k", "2"], "--passk_k"), (["--weighting", "maxrl", "--wreinforce_lambda", "0.2"], "--wreinforce_lambda"),
+    (["--ds_grpo", "true", "--weighting", "maxrl"], "--weighting"),
+    (["--ds_grpo", "true", "--unlikely_beta", "0.25"], "--unlikely_beta")])
 def test_a_flag_that_cannot_act_is_refused(argv, name, tmp_path, capsys):
     """--ds_grpo true --gamma 1 trained exactly as --gamma 0 while run.json said gamma 1. A flag that
     cannot act in the run it is given to is refused in one line; without the other flag it is accepted."""
@@ -154,7 +159,8 @@ def test_a_flag_that_cannot_act_is_refused(argv, name, tmp_path, capsys):
 def test_flags_that_act_are_accepted(tmp_path):
     """Each flag test_a_flag_that_cannot_act_is_refused refuses is fine where it acts."""
     for kw in [dict(ds_grpo=True), dict(gamma=1.0, norm_std=False), dict(dual_clip=2.0), dict(loss="cispo"),
-               dict(attention="varlen")]:
+               dict(attention="varlen"), dict(weighting="passk", passk_k=2),
+               dict(weighting="wreinforce", wreinforce_lambda=0.2), dict(weighting="maxrl", unlikely_beta=0.25)]:
         train.Config(**kw, out_dir=str(tmp_path / "run"))
 
 

@@ -1,0 +1,163 @@
+"""F-GRPO's rivals in the focal weight's slot (advantage.py): MaxRL, pass@k training, W-REINFORCE, the
+unlikeliness reward; their formulas on hand-computed cases and against brute force, their edges (mu_hat 0
+and 1, N = 1, c = N - 1, k > N - c), bad values refused, and train.py's step giving each function's advantages.
+
+    python -m pytest -q tests/test_rivals.py          # seconds
+"""
+import itertools
+import math
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+import train
+from advantage import (WEIGHTINGS, focal_advantages, group_advantages, maxrl_advantages, passk_advantages,
+                       unlikely_rewards, weighted_advantages, wreinforce_advantages)
+from test_gpu_path import group, small_cfg  # noqa: F401  (group: a process group of one)
+from test_train_scale import FakeEngine, tiny_loader
+
+F64 = torch.float64
+
+
+def rewards(*rows):
+    return torch.tensor(rows, dtype=F64)
+
+
+def test_maxrl_by_hand_and_as_a_reweighted_grpo():
+    """(r - rbar) / rbar: c = 1 of 4 gives 3 and -1, c = 3 of 4 gives 1/3 and -1; 0 at rbar = 0 and rbar = 1,
+    and for N = 1. For binary rewards it is GRPO's population-std z-score times sqrt((1 - mu) / mu)."""
+    A = maxrl_advantages(rewards([1, 0, 0, 0], [1, 1, 1, 0], [0, 0, 0, 0], [1, 1, 1, 1]), eps=0)
+    assert torch.allclose(A, rewards([3, -1, -1, -1], [1 / 3, 1 / 3, 1 / 3, -1], [0] * 4, [0] * 4))
+    assert torch.equal(maxrl_advantages(rewards([1], [0])), torch.zeros(2, 1, dtype=F64))
+    g = torch.Generator().manual_seed(0)
+    R = (torch.rand(64, 8, generator=g) < torch.rand(64, 1, generator=g)).to(F64)
+    mu = R.mean(1, keepdim=True)
+    pop = group_advantages(R, eps=0) * math.sqrt(8 / 7)                             # population std
+    want = torch.where((mu > 0) & (mu < 1), pop * torch.sqrt((1 - mu) / mu.clamp(min=1e-9)), torch.zeros_like(R))
+    assert torch.allclose(maxrl_advantages(R, eps=0), want, atol=1e-12)
+    # partial rewards in [0, 1] are MaxRL's own (its paper's reward is any r >= 0 normalised by its mean)
+    assert torch.allclose(maxrl_advantages(rewards([0.5, 0.25]), eps=0), rewards([1 / 3, -1 / 3]))
+
+
+def brute_passk(row, k):
+    """pass@k training's advantages by enumeration: each sample's mean max reward over the k-subsets holding
+    it, less the group's mean over all k-subsets, over that mean's Bernoulli std."""
+    N = len(row)
+    subsets = list(itertools.combinations(range(N), k))
+    rbar = sum(max(row[i] for i in s) for s in subsets) / len(subsets)
+    sigma = math.sqrt(rbar * (1 - rbar))
+    if sigma == 0:
+        return [0.0] * N
+    mine = [[max(row[j] for j in s) for s in subsets if i in s] for i in range(N)]
+    return [(sum(m) / len(m) - rbar) / sigma for m in mine]
+
+
+@pytest.mark.parametrize("N", [1, 2, 4, 8])
+def test_passk_against_enumeration(N):
+    for k in range(1, N + 1):
+        for c in range(N + 1):
+            row = [1.0] * c + [0.0] * (N - c)
+            got = passk_advantages(rewards(row), k)[0].tolist()
+            assert got == pytest.approx(brute_passk(row, k), abs=1e-12), (N, k, c)
+
+
+def test_passk_edges():
+    """k = 1 is GRPO with the population std; k > N - c (every k-subset holds a correct sample), c = 0 and
+    c = N give 0; c = N - 1 at k = 2 of 4: Rbar = 1, so 0 too; by hand c = 1 of 4 at k = 2: 1 and -1/3."""
+    R = rewards([1, 0, 0, 0], [1, 1, 0, 0], [1, 1, 1, 0], [0, 0, 0, 0], [1, 1, 1, 1])
+    assert torch.allclose(passk_advantages(R, 1), group_advantages(R, eps=0) * math.sqrt(4 / 3))
+    A = passk_advantages(R, 2)
+    assert torch.allclose(A[0], rewards([1, -1 / 3, -1 / 3, -1 / 3])[0])
+    assert torch.equal(A[2:], torch.zeros(3, 4, dtype=F64))
+    assert torch.equal(passk_advantages(R, 4)[1], torch.zeros(4, dtype=F64))          # k = 4 > N - c = 2
+
+
+def test_wreinforce_and_unlikeliness_by_hand():
+    A = wreinforce_advantages(rewards([1, 0], [1, 1], [0, 0]), lam=0.1)
+    assert torch.allclose(A, rewards([0.1, -1], [0.1, 0.1], [-1, -1]))                # uniform groups move it too
+    # least likely first: index 3 (-4) rank 0 keeps its reward; index 0 (-1) rank 3 is scaled by 1 - 0.25 * 3/4
+    R = rewards([1, 1, 0, 1])
+    shaped = unlikely_rewards(R, torch.tensor([[-1.0, -2.0, -3.0, -4.0]]), 0.25)
+    assert torch.allclose(shaped, rewards([1 - 0.25 * 3 / 4, 1 - 0.25 * 2 / 4, 0, 1]))
+    A = group_advantages(shaped)
+    assert A[0, 3] > A[0, 1] > A[0, 0] > 0 > A[0, 2]          # the rare correct rollout gains the most
+    assert torch.equal(unlikely_rewards(R, torch.zeros(1, 4), 0.0), R)               # beta 0: unchanged
+    ties = unlikely_rewards(rewards([1, 1]), torch.tensor([[-1.0, -1.0]]), 0.5)      # ties: by position
+    assert torch.allclose(ties, rewards([1, 0.75]))
+
+
+@pytest.mark.parametrize("call", [
+    lambda: passk_advantages(rewards([0.5, 1.0]), 1),               # pass@k is defined on correctness
+    lambda: passk_advantages(rewards([1.0, 0.0]), 3),               # k > N
+    lambda: passk_advantages(rewards([1.0, 0.0]), 0),
+    lambda: wreinforce_advantages(rewards([0.5, 1.0])),
+    lambda: wreinforce_advantages(rewards([1.0, 0.0]), lam=-0.1),
+    lambda: maxrl_advantages(rewards([1.5, 0.0])),
+    lambda: maxrl_advantages(rewards([float("nan"), 0.0])),
+    lambda: unlikely_rewards(rewards([1.0, 0.0]), torch.zeros(1, 2), 1.5),
+    lambda: weighted_advantages(rewards([1.0, 0.0]), "focal2"),
+])
+def test_bad_values_are_one_line(call):
+    with pytest.raises(ValueError) as e:
+        call()
+    assert "\n" not in str(e.value)
+
+
+def test_focal_through_the_dispatch_is_focal_advantages():
+    R = rewards([1, 0, 0, 0], [1, 1, 1, 0])
+    A, g = weighted_advantages(R, "focal", gamma=0.5)
+    want, want_g = focal_advantages(R, 0.5)
+    assert torch.equal(A, want) and torch.equal(g, want_g)
+
+
+@pytest.mark.parametrize("weighting, beta", [(w, 0.0) for w in WEIGHTINGS] + [("focal", 0.25), ("maxrl", 0.25)])
+def test_the_trainers_step_uses_the_weightings_advantages(group, weighting, beta):  # noqa: F811
+    """train.rl_step with --weighting W (and --unlikely_beta): the advantages it trains on are the function's
+    of the step's rewards (and of the engine's mean log-probs), and the update runs."""
+    flags = {"passk": dict(passk_k=2), "wreinforce": dict(wreinforce_lambda=0.1)}.get(weighting, {})
+    cfg = small_cfg(weighting=weighting, unlikely_beta=beta, gamma=0.5 if weighting == "focal" else 0.0,
+                    prompts_per_step=4, mini_batch_prompts=4, **flags)
+    model, _, _, opt = train.build(cfg, None, 0, torch.device("cpu"), load=tiny_loader(2))
+    task = SimpleNamespace(prompt=lambda i: ([4, 5, 6, 4 + i % 3], None), max_new_tokens=8, stop_token_ids=[1],
+                           score=lambda answers, comps: ([float(len(c) % 2) for c in comps], {}))
+    r = train.rl_step(cfg, 0, task, model, None, FakeEngine(), opt, pad=0, device=torch.device("cpu"),
+                      rank=0, world=1)
+    lbar = torch.tensor([sum(e) / len(e) for e in r.rollouts.engine_logp]).view_as(r.R)
+    shaped = unlikely_rewards(r.R, lbar, beta) if beta else r.R
+    want, _ = weighted_advantages(shaped, weighting, cfg.gamma, cfg.passk_k, cfg.wreinforce_lambda)
+    assert (r.R.sum(1) % 4 != 0).any(), r.R                      # some group has signal: not a vacuous check
+    assert torch.allclose(r.A, want), (r.A, want)
+
+
+def test_the_weight_table_is_each_methods_closed_form(tmp_path):
+    """bench/weights.py's w(mu_hat) = A(correct) / GRPO's at c of N = 8: F-GRPO's is (1 - mu_hat)^gamma, MaxRL's
+    sqrt((1 - mu_hat) / mu_hat) times sqrt(N / (N - 1)) (Eq. 3 divides by the unbiased std), W-REINFORCE's
+    lam / GRPO's, pass@4's 0 once k > N - c; and the script writes its figure."""
+    import importlib.util
+    from conftest import ROOT
+    spec = importlib.util.spec_from_file_location("weights", ROOT / "bench" / "weights.py")
+    weights = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(weights)
+    cfg = weights.Config(figure=str(tmp_path / "w.png"))
+    rows, N = weights.table(cfg), 8
+    for c in range(1, N):
+        mu, grpo = c / N, rows["GRPO"][c - 1][0]
+        w = {name: vals[c - 1][0] / grpo for name, vals in rows.items()}
+        assert w["F-GRPO γ=0.5"] == pytest.approx((1 - mu) ** 0.5, rel=1e-9)
+        assert w["F-GRPO γ=1"] == pytest.approx(1 - mu, rel=1e-9)
+        assert w["MaxRL"] == pytest.approx(math.sqrt((1 - mu) / mu) * math.sqrt(N / (N - 1)), rel=1e-5)
+        assert w["W-REINFORCE λ=0.1"] == pytest.approx(0.1 / grpo)
+        assert (w["pass@4"] == 0) == (4 > N - c)
+    weights.main(cfg)
+    assert (tmp_path / "w.png").stat().st_size > 10_000
+
+
+def test_a_weighting_defined_on_correctness_refuses_partial_rewards(tmp_path):
+    """The template task scores partial rewards: pass@k training and W-REINFORCE are refused for it before any
+    work, in one line; focal and MaxRL take them."""
+    for weighting in ("passk", "wreinforce"):
+        with pytest.raises(ValueError, match=rf"^--weighting {weighting}: needs rewards of 0 or 1"):
+            train.Config(task="reverse", model="tiny", weighting=weighting, out_dir=str(tmp_path / "r"))
+    for weighting in ("focal", "maxrl"):
+        train.Config(task="reverse", model="tiny", weighting=weighting, out_dir=str(tmp_path / "r"))
