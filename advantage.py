@@ -122,7 +122,8 @@ def ds_grpo_advantages(rewards, mean_logp_old, c_pos=0.05, c_neg=0.05, r_correct
 def maxrl_advantages(rewards, eps=1e-6):
     """MaxRL (Tajwar et al. 2026, arXiv 2602.02710): A = (r - rbar) / (rbar + eps), 0 where rbar = 0; rewards in
     [0, 1]. Binary: GRPO's population-std A times sqrt((1 - mu_hat) / mu_hat), unbounded as mu_hat -> 0."""
-    R = torch.as_tensor(rewards).double() if not torch.is_tensor(rewards) else rewards
+    R = torch.as_tensor(rewards)
+    R = R if R.is_floating_point() else R.float()
     if R.ndim != 2 or not ((R >= 0) & (R <= 1)).all():
         raise ValueError("MaxRL needs (num_groups, N) rewards in [0, 1]")
     rbar = R.mean(dim=1, keepdim=True)                                            # (P, 1)
@@ -135,12 +136,11 @@ def passk_advantages(rewards, k):
     R, N = binary(rewards), torch.as_tensor(rewards).shape[-1]
     if not 1 <= k <= N:
         raise ValueError(f"pass@k training needs 1 <= k <= N = {N}, got k = {k}")
-    table = []                                                   # (correct's, wrong's) A for c = 0 .. N
-    for c in range(N + 1):
+    def pair(c):                                                 # (correct's, wrong's) A at c correct
         rbar = 1 - math.comb(N - c, k) / math.comb(N, k)
         sigma, miss = math.sqrt(rbar * (1 - rbar)), math.comb(N - c - 1, k - 1) / math.comb(N - 1, k - 1) if c < N else 0
-        table.append(((1 - rbar) / sigma, (1 - rbar - miss) / sigma) if sigma > 0 else (0.0, 0.0))
-    row = torch.tensor(table, dtype=R.dtype)[R.sum(dim=1).round().long()]               # (P, 2)
+        return ((1 - rbar) / sigma, (1 - rbar - miss) / sigma) if sigma > 0 else (0.0, 0.0)
+    row = torch.tensor([pair(int(c)) for c in R.sum(dim=1).round()], dtype=R.dtype)     # (P, 2)
     return torch.where(R == 1, row[:, :1], row[:, 1:])
 
 def wreinforce_advantages(rewards, lam=0.1):

@@ -36,6 +36,7 @@ def test_maxrl_by_hand_and_as_a_reweighted_grpo():
     pop = group_advantages(R, eps=0) * math.sqrt(8 / 7)                             # population std
     want = torch.where((mu > 0) & (mu < 1), pop * torch.sqrt((1 - mu) / mu.clamp(min=1e-9)), torch.zeros_like(R))
     assert torch.allclose(maxrl_advantages(R, eps=0), want, atol=1e-12)
+    assert torch.allclose(maxrl_advantages([[1, 0, 0, 0]], eps=0), torch.tensor([[3.0, -1, -1, -1]]))  # ints, lists
     # partial rewards in [0, 1] are MaxRL's own (its paper's reward is any r >= 0 normalised by its mean)
     assert torch.allclose(maxrl_advantages(rewards([0.5, 0.25]), eps=0), rewards([1 / 3, -1 / 3]))
 
