@@ -12,8 +12,9 @@ it. The default --budget_s (300 s) leaves room for a rerun inside 15 minutes of 
 (b) vllm: the colocated cycle of train.py at the 7B shape with random weights (load_format="dummy"):
     init (seconds, KV-cache tokens), a sync from a sharded fp32 trainer, 256 rows x 512 tokens,
     the trainer's log-probs against vLLM's, sleep (device memory freed, host RSS), wake + sync, the
-    same seeds again (the same samples?), and a second cycle (memory creep). vLLM takes the same
-    GiB as train.py's --gpu_memory_utilization 0.5 on an 80 GiB device. It runs in a subprocess, in
+    same seeds again (the same samples?), and a second cycle (memory creep); before each wake 8 GiB are
+    freed through PyTorch, as the update frees them, and what PyTorch still reserves after it is recorded.
+    vLLM takes --vllm_gib (40 GiB: a share of 0.5 of an 80 GiB device; train.py's default 0.7 would be 56). It runs in a subprocess, in
     --vllm_s at most; when a step fails it is rerun with VLLM_USE_V2_MODEL_RUNNER=0, then with
     --enforce_eager true as well. Without vLLM: "skipped: vLLM not installed", and the other parts run.
 (c) update: first one layer's attention alone at the 7B's heads, --attention loop against varlen on one
@@ -88,7 +89,7 @@ class Config:
     rows: int = 256               # (b) rows sampled per generate (256 prompts x 1, seeded)
     prompt_len: int = 256         # (b), (d) prompt tokens (random ids)
     new_tokens: int = 512         # (b) tokens per row (no stop token: every row runs to it); 1,024 overruns --vllm_s
-    vllm_gib: float = 40.0        # (b) vLLM's memory, as train.py's default share of an 80 GiB device
+    vllm_gib: float = 40.0        # (b) vLLM's memory: a share of 0.5 of an 80 GiB device
     vllm_sleep_level: int = 2     # (b) as train.py's --vllm_sleep_level
     enforce_eager: bool = False   # (b) as train.py's --enforce_eager (the retries set it themselves)
     layers: tuple[int, ...] = (1, 2, 4)   # (c) decoder layers at the 7B's widths: three, for a least-squares line
