@@ -587,7 +587,7 @@ def test_non_finite_advantages_or_gradients_stop_before_the_optimizer_step(group
     before = {n: p.full_tensor().clone() for n, p in model.named_parameters()}
     task = SimpleNamespace(prompt=lambda i: ([4, 5, 6, 4 + i % 3], None), max_new_tokens=8, stop_token_ids=[1],
                            score=lambda answers, comps: ([float(len(c) % 2) for c in comps], {}))
-    monkeypatch.setattr(train, "focal_advantages", lambda R, gamma, normalize_std=True:
+    monkeypatch.setattr(train, "weighted_advantages", lambda R, *a, **k:
                         (torch.full_like(R, float("nan")), torch.full((R.shape[0],), float("inf"))))
     with pytest.raises(train.NonFinite, match="non-finite advantages"):
         train.rl_step(cfg, 0, task, model, None, FakeEngine(), opt, pad=0, device=torch.device("cpu"), rank=0, world=1)
