@@ -5,6 +5,7 @@ the results folder that bench/maze_report.py rebuilds the tables and figures fro
 
     python maze.py --size 7 --steps 600 --lr 1e-3 --out_dir out/maze7_sft         # the warm start
     python bench/maze_converge.py --gamma 0.5 --seed 0                             # one arm, N = 8
+    python bench/maze_converge.py --weighting passk --passk_k 4 --seed 0           # a rival (advantage.py)
     python bench/maze_report.py --runs "results/maze7/runs/*" --evals results/maze7/evals \\
         --sft results/maze7/evals/sft.json --sft_again results/maze7/evals/sft_seed1.json \\
         --table results/maze7/table.md --figure figures/maze7_curves.png
@@ -40,6 +41,9 @@ STAMP = "warm_start.json"         # in --results: the sha256 of the block's warm
 @dataclass
 class Config:
     gamma: float = 0.0                    # focal exponent of the arm (train.py --gamma); 0 = GRPO
+    weighting: str = "focal"              # train.py --weighting: focal (by --gamma) | maxrl | passk | wreinforce
+    passk_k: int = 4                      # --weighting passk: k
+    unlikely_beta: float = 0.0            # train.py --unlikely_beta (any weighting); 0 = off
     seed: int = 0                         # train.py --seed
     group_size: int = 8                   # N (train.py --group_size)
     model: str = "out/maze7_sft"          # maze.py's warm start
@@ -57,6 +61,11 @@ class Config:
     def __post_init__(self):
         check_min(self, 1, "chunk", "min_steps", "max_steps", "eval_every", "eval_mazes", "n", "threads", "group_size")
         check_min(self, 0, "gamma", "seed")
+        check(self.weighting in ("focal", "maxrl", "passk", "wreinforce"), f"--weighting {self.weighting}: expected "
+              "focal, maxrl, passk or wreinforce")
+        check(self.weighting == "focal" or self.gamma == 0, f"--gamma {self.gamma}: only --weighting focal reads it")
+        check(1 <= self.passk_k <= self.group_size, f"--passk_k {self.passk_k}: must be in [1, --group_size]")
+        check(0 <= self.unlikely_beta <= 1, f"--unlikely_beta {self.unlikely_beta}: must be in [0, 1]")
         check(self.eval_samples >= 64, f"--eval_samples {self.eval_samples}: RULE reads pass@64, so at least 64")
         check(self.chunk % self.eval_every == 0 and self.min_steps % self.chunk == 0
               and self.max_steps % self.chunk == 0, "--chunk must be a multiple of --eval_every, and --min_steps "
@@ -120,15 +129,28 @@ def read_metrics(run):
     return read_jsonl(f) if f.is_file() else []
 
 
+def arm(cfg):
+    """(the run's name, train.py's flags of its weighting): N8_g0.5_s0 for F-GRPO as before; a rival's
+    N8_maxrl_s0, N8_passk4_s0; the unlikeliness reward adds _u0.25 (N8_g0_u0.25_s0 on GRPO)."""
+    if cfg.weighting == "focal":
+        label, flags = f"g{cfg.gamma:g}", ["--gamma", str(cfg.gamma)]
+    else:
+        label = cfg.weighting + (str(cfg.passk_k) if cfg.weighting == "passk" else "")
+        flags = ["--weighting", cfg.weighting] + (["--passk_k", str(cfg.passk_k)] if cfg.weighting == "passk" else [])
+    if cfg.unlikely_beta:
+        label, flags = f"{label}_u{cfg.unlikely_beta:g}", flags + ["--unlikely_beta", str(cfg.unlikely_beta)]
+    return f"N{cfg.group_size}_{label}_s{cfg.seed}", flags
+
+
 def main(cfg):
-    name = f"N{cfg.group_size}_g{cfg.gamma:g}_s{cfg.seed}"
+    name, weighting = arm(cfg)
     run, results = Path(cfg.out) / name, Path(cfg.results)
     train = [sys.executable, str(ROOT / "train.py"), "--task", "maze", "--model", cfg.model, "--device", "cpu",
              "--threads", str(cfg.threads), "--lr", "1e-4", "--group_size", str(cfg.group_size),
              "--prompts_per_step", "32", "--mini_batch_prompts", "32", "--warmup_steps", "0",
              "--micro_batch_size", "64", "--share_prompts", "true", "--eval_every", str(cfg.eval_every),
              "--eval_mazes", str(cfg.eval_mazes), "--eval_samples", str(cfg.eval_samples),
-             "--save_every", "100", "--sample_every", "0", "--gamma", str(cfg.gamma), "--seed", str(cfg.seed),
+             "--save_every", "100", "--sample_every", "0", *weighting, "--seed", str(cfg.seed),
              "--out_dir", str(run)]
     print(f"{name}: {RULE}", flush=True)
     stamp = results / STAMP

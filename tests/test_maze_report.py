@@ -234,6 +234,24 @@ def test_the_driver_trains_in_chunks_until_the_rule_holds(tmp_path, monkeypatch)
         maze_converge.Config(gamma=1, model=str(model), out=str(tmp_path / "out"), results=str(tmp_path / "res"))
 
 
+def test_the_driver_trains_each_weighting_under_its_own_name(tmp_path, monkeypatch):
+    """A rival's arm passes train.py its --weighting (and k, the unlikeliness beta) and no --gamma, under a name
+    of its own; F-GRPO's arms keep theirs; a gamma with a rival, or a k over N, is refused."""
+    import maze_converge
+    model = tmp_path / "sft"
+    model.mkdir()
+    (model / "sft.json").write_text("{}")
+    base = dict(model=str(model), out=str(tmp_path / "out"), results=str(tmp_path / "res"))
+    for kw, name, flags in [(dict(gamma=0.5), "N8_g0.5_s0", ["--gamma", "0.5"]),
+                            (dict(weighting="maxrl"), "N8_maxrl_s0", ["--weighting", "maxrl"]),
+                            (dict(weighting="passk", seed=2), "N8_passk4_s2", ["--weighting", "passk", "--passk_k", "4"]),
+                            (dict(unlikely_beta=0.25), "N8_g0_u0.25_s0", ["--gamma", "0.0", "--unlikely_beta", "0.25"])]:
+        assert maze_converge.arm(maze_converge.Config(**kw, **base)) == (name, flags)
+    for kw in (dict(weighting="maxrl", gamma=0.5), dict(weighting="passk", passk_k=9)):
+        with pytest.raises(ValueError):
+            maze_converge.Config(**kw, **base)
+
+
 def test_the_driver_stops_where_train_py_failed(tmp_path, monkeypatch, capsys):
     """train.py refused (exit 2, its one line): the driver exits with its code, and the block gets no
     warm-start stamp nor a copy of a run that never trained."""
