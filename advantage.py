@@ -133,7 +133,8 @@ def passk_advantages(rewards, k):
     """Analytic pass@k training (Chen et al. 2025, arXiv 2508.10751), c correct of N: Rbar = 1 - C(N-c, k) / C(N, k),
     sigma = sqrt(Rbar (1 - Rbar)); correct (1 - Rbar) / sigma, wrong (1 - Rbar - C(N-c-1, k-1) / C(N-1, k-1)) / sigma;
     0 where sigma = 0 (c = 0, or k > N - c). k = 1 is GRPO with the population std."""
-    R, N = binary(rewards), torch.as_tensor(rewards).shape[-1]
+    R = binary(rewards)
+    N = R.shape[1]
     if not 1 <= k <= N:
         raise ValueError(f"pass@k training needs 1 <= k <= N = {N}, got k = {k}")
     def pair(c):                                                 # (correct's, wrong's) A at c correct
@@ -165,16 +166,20 @@ def unlikely_rewards(rewards, mean_logp, beta=0.25):
     order = torch.as_tensor(mean_logp, dtype=torch.float64).argsort(dim=1, stable=True)
     return R * (1 - beta * order.argsort(dim=1, stable=True).to(R.dtype) / R.shape[1])      # (P, N)
 
-WEIGHTINGS = {"focal": None, "maxrl": lambda R, k, lam: maxrl_advantages(R),
-              "passk": lambda R, k, lam: passk_advantages(R, k), "wreinforce": lambda R, k, lam: wreinforce_advantages(R, lam)}
+WEIGHTINGS = ("focal", "maxrl", "passk", "wreinforce")      # train.py --weighting
 
 def weighted_advantages(rewards, weighting="focal", gamma=0.0, k=4, lam=0.1, normalize_std=True):
     """(A (P, N), g (P,)) under one weighting: focal_advantages (Eqs. 11-13), or a rival's with g = 1."""
     if weighting == "focal":
         return focal_advantages(rewards, gamma, normalize_std=normalize_std)
-    if weighting not in WEIGHTINGS:
-        raise ValueError(f"weighting {weighting!r}: expected one of {tuple(WEIGHTINGS)}")
-    A = WEIGHTINGS[weighting](rewards, k, lam)
+    if weighting == "maxrl":
+        A = maxrl_advantages(rewards)
+    elif weighting == "passk":
+        A = passk_advantages(rewards, k)
+    elif weighting == "wreinforce":
+        A = wreinforce_advantages(rewards, lam)
+    else:
+        raise ValueError(f"weighting {weighting!r}: expected one of {WEIGHTINGS}")
     return A, torch.ones(A.shape[0], dtype=A.dtype)
 
 def low_lr_multiplier(gamma):

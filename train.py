@@ -153,7 +153,7 @@ class Config:
         return {"task": tuple(TASKS), "engine": ("auto", "torch", "vllm"), "loss": tuple(CLIP_EPS),
                 "loss_agg": LOSS_AGG, "maze_reward": maze.RULES, "device": ("auto", "cpu", "cuda"),
                 "grad_checkpointing": ("auto", "true", "false"), "attention": ("loop", "varlen"),
-                "weighting": tuple(WEIGHTINGS)}
+                "weighting": WEIGHTINGS}
 
 # --task picks one row (a TaskEntry: fgrpo_utils/task.py). A new task: toy_task.py.
 TASKS = {
@@ -250,7 +250,8 @@ def rl_step(cfg, step, task, model, ref_model, engine, opt, *, pad, device, rank
     R = torch.tensor(rewards, dtype=torch.float32).view(len(idx), cfg.group_size)  # (P, N)
 
     # 3) advantages: the group z-score, then each group's weight: g = (1 - mu_hat)^gamma, or a rival's
-    lbar = torch.tensor([sum(e) / max(len(e), 1) for e in rollouts.engine_logp]).view_as(R)  # mean log pi_old
+    lbar = (torch.tensor([sum(e) / max(len(e), 1) for e in rollouts.engine_logp]).view_as(R)  # mean log pi_old
+            if cfg.ds_grpo or cfg.unlikely_beta else None)
     shaped = unlikely_rewards(R, lbar, cfg.unlikely_beta) if cfg.unlikely_beta else R       # --unlikely_beta
     A_pre = group_advantages(shaped, cfg.norm_std)                                 # Eq. 3
     A, g = (ds_grpo_advantages(R, lbar), torch.ones(len(idx))) if cfg.ds_grpo else weighted_advantages(
@@ -434,9 +435,9 @@ def micro_batches(cfg, prompts, completions, keep=None):
     rows = pass_rows(cfg, prompts, completions, range(len(completions)) if keep is None else sorted(keep))
     cap = cfg.micro_batch_tokens      # a pass holds <= micro_batch_size rows and, unless alone, <= cap tokens
     lo = max(-(-len(rows) // cfg.micro_batch_size), -(-sum(min(p + c, cap) for _, p, c in rows) // cap) if cap else 0)
-    fewest = next(k for k in range(lo, len(rows) + 1) if token_bins(cfg, rows, k) is not None)
+    fewest, bins = next((k, b) for k in range(lo, len(rows) + 1) if (b := token_bins(cfg, rows, k)) is not None)
     K = max(int(all_max(fewest)), 1)                     # one (idle) pass when no rank has anything live
-    bins = token_bins(cfg, rows, K) or token_bins(cfg, rows, fewest) + [[]] * (K - fewest)
+    bins = bins if K == fewest else token_bins(cfg, rows, K) or bins + [[]] * (K - fewest)
     return [[i for seqs, _, _ in b for i in seqs] for b in bins]
 
 def pass_rows(cfg, prompts, completions, seqs):
@@ -477,9 +478,9 @@ def token_bins(cfg, rows, K):
         else:
             return sorted(bins, key=by_cost)
 
-    def runs(T):
+    def runs(T):              # the sorted rows in runs of <= size sequences and <= min(T, cap) tokens each
         out = []
-        for row in rows:
+        for row in rows:      # the row joins the last run if it still fits, else starts a new one
             b = out[-1] + [row] if out else []
             grow = b and sum(len(r[0]) for r in b) <= size and pass_tokens(cfg, b) <= min(T, cap or T)
             out[-1:] = [b] if grow else out[-1:] + [[row]]

@@ -176,16 +176,19 @@ def main(cfg):
         config = with_layers(full, n)
         p, base, modelled = planned(cfg, config, entry)
         peaks, parts = measure(cfg, config, p)
-        rows[n] = (p, base, peaks, parts)
+        rows[n] = (p, base, peaks, parts, modelled)
         print(f"{n} layers measured in {time.perf_counter() - t0:.0f} s", flush=True)
-    p_full, base_full, modelled = planned(cfg, full, entry)
+    if L in rows:                                  # all layers were measured: their plan is the model's
+        p_full, base_full, *_, modelled = rows[L]
+    else:
+        p_full, base_full, modelled = planned(cfg, full, entry)
     mb = p_full.micro_batch
     print(f"dry run: {cfg.model} | rank 0 of {cfg.nproc} (fake process group) | {p_full.device} plan, "
           f"{'bf16 compute' if p_full.device == 'cuda' else 'fp32'} | micro-batch {mb['rows']} x {mb['row_len']} "
           f"tokens ({mb['per_row']} sequence(s) a row, {mb['completion_tokens']} completion tokens) | "
           f"checkpointing {'on' if mb['checkpointing'] else 'off'}")
     print(f"{'phase (GiB per rank)':24s} {'layers':>6s} {'measured':>9s} {'plan':>9s} {'ratio':>7s}  peak's parts (measured)")
-    for n, (p, base, peaks, parts) in rows.items():
+    for n, (p, base, peaks, parts, _) in rows.items():
         for ph in ("old_logp",) + MEASURED:
             plan_v = f"{base[ph]:9.2f}" if ph in base else f"{'-':>9s}"
             ratio = f"{peaks[ph] / base[ph]:7.3f}" if ph in base else f"{'':7s}"

@@ -30,8 +30,9 @@ logprob.policy_logp):
   (chunk, V) fp32 temporaries and the hidden states at the completion positions with their gradient.
   Rollout engine: vLLM takes gpu_memory_utilization x the device while sampling and sleeps (level 1)
   during the update: ~0 on the device, its bf16 weights in host RAM. PyTorch's free blocks go back to the
-  driver before vLLM wakes (rollout.VLLMEngine._wake), so the rollout holds the trainer's live tensors only. TorchEngine holds an unsharded
-  bf16 copy of the weights always, plus its KV budget and sampling buffers while it samples.
+  driver before vLLM wakes (rollout.VLLMEngine._wake), so the rollout holds the trainer's live tensors only.
+  TorchEngine holds an unsharded bf16 copy of the weights always, plus its KV budget and sampling buffers
+  while it samples.
   Host RAM per node (host_plan): rank 0's node, the one that loads and exports; each phase the sum of what
   is alive then, the peak the largest phase: per rank the process, the scorer, vLLM in the process and its
   level-1 backup, the rollouts; rank 0's fp32 copy at start-up (the load) and at each export (the gather).
@@ -260,11 +261,11 @@ def plan(cfg, world, gpu_memory_gb=80.0, config=None, lengths=None):
     row("weights (fp32, sharded)", 4 * P / W, 4 * P / W, 4 * P / W, f"{P / 1e9:.2f}B params / {W} ranks", "--nproc")
     row("AdamW moments (2 x fp32, sharded)", 8 * P / W, 8 * P / W, 8 * P / W, "exp_avg, exp_avg_sq", "--nproc")
     shapes = micro_batch_shapes(cfg, (Lp, Lr))
-    peak = lambda s: max(update_moments(cfg, m, d, ckpt, W, Lr, *s).values(), key=sum_parts)   # noqa: E731
-    rows_, row_len, per_row = max(shapes, key=lambda s: sum_parts(peak(s)))        # the largest micro-batch
-    moments = update_moments(cfg, m, d, ckpt, W, Lr, rows_, row_len, per_row)
-    at = max(moments, key=lambda k: sum_parts(moments[k]))                         # the update's peak moment
-    u, completion = moments[at], moments[at]["completion"]
+    # the largest micro-batch at its peak moment: the largest of every shape's moments
+    rows_, row_len, per_row, at, u = max(((*s, k, v) for s in shapes
+                                          for k, v in update_moments(cfg, m, d, ckpt, W, Lr, *s).items()),
+                                         key=lambda t: sum_parts(t[4]))
+    completion = u["completion"]
     tokens = rows_ * row_len
     span = f"{shapes[0][0]} x {shapes[0][1]} .. {shapes[-1][0]} x {shapes[-1][1]}"
     row("gradients (fp32, sharded)", 0, u["grads"], 0, f"update: those reduced by the peak ({at}); all in the step",
