@@ -1,16 +1,19 @@
 """
 The paper's math as pure functions: no I/O, no state, no imports of ours.
 
-    python advantage.py          # prints the N = 8 focal weights g (Eqs. 11-13) with A+/A- before g, and m_gamma
+    python bench/weights.py      # the N = 8 advantages of a correct and a wrong sample under every weighting
 
 What lives here, by equation of arXiv 2602.06717 (v2):
     group_advantages       Eq. 3          A_i = (R_i - mean R) / (std R + eps)
     success_rate           Eq. 11         mu_hat = (mean R - R_w) / (R_c - R_w) = X / N
     focal_advantages       Eqs. 11-13     g = (1 - mu_hat)^gamma, A_i^F = g * A_i: what train.py uses
     focal_weight           Eq. 12         g alone, for a tensor of mu_hat (simulate.py)
+    weighted_advantages                   focal_advantages, or a rival in its slot (train.py --weighting):
+                                          maxrl_, passk_, wreinforce_advantages, unlikely_rewards
     policy_loss            Eqs. 14-16     GRPO / DAPO clip, CISPO sg(clip(r)) * A * log pi, token-mean
     aggregate                             token-mean, or the original GRPO's / Dr. GRPO's aggregation
     kl_k3, entropy_from_logits            GRPO-KL and GRPO-H controls (Sec. 5.6)
+    tis_weights                           the engine-trainer correction (truncated IS; not in the paper)
     ds_grpo_advantages                    DS-GRPO control: a best guess, the paper gives no formula
     low_lr_multiplier                     m_gamma of the low-LR control (Appendix N)
     tail_miss_probability  Lemma 3.1      Pr(active group that misses a rare correct subset E)
@@ -291,6 +294,20 @@ def kl_k3(logp, ref_logp):
     d = (ref_logp - logp).clamp(-20.0, 20.0)
     return (torch.exp(d) - d - 1).clamp(-10.0, 10.0)
 
+TIS_LEVELS = ("token", "sequence")                   # train.py --tis_level
+
+def tis_weights(old_logp, engine_logp, mask, cap, level="token"):
+    """Truncated importance sampling (not in the paper; verl's rollout correction): the engine sampled from
+    pi_engine, the loss assumes pi_old, so a token's loss is weighted by w = min(pi_old / pi_engine, cap), or
+    (sequence level) each token of a row by min(prod_t pi_old / pi_engine, cap). (B, T) inputs -> (w, capped):
+    w 0 off the mask; capped where the ratio exceeded the cap. w >= 0 commutes with the clip: use A_t = w_t A."""
+    mask = mask.to(old_logp.dtype)
+    d = (old_logp - engine_logp).clamp(-20.0, 20.0) * mask                          # (B, T) log-ratios
+    if level == "sequence":
+        d = d.sum(-1, keepdim=True).clamp(-20.0, 20.0).expand_as(d)                   # (B, T), one per row
+    ratio = torch.exp(d)
+    return ratio.clamp(max=cap) * mask, (ratio > cap) & (mask > 0)
+
 def entropy_from_logits(logits):
     """Per-token entropy H = -sum_v p_v log p_v of p = softmax(logits) over the last dim. (..., V) -> (...)
 
@@ -435,17 +452,3 @@ def subsample_test(a, b, m=256, iters=50_000, seed=0, groups=(), block=1000):
             out[name][k] = {"diff": float(d.mean()), "lo": float(lo), "hi": float(hi),
                             "significant": bool(lo > 0 or hi < 0)}
     return out
-
-if __name__ == "__main__":
-    N = 8
-    X = torch.arange(1, N)
-    rewards = (torch.arange(N)[None, :] < X[:, None]).float()                      # (7, 8), X correct
-    A = group_advantages(rewards)
-    print(f"N = {N}, rewards 1/0, unbiased std (Eqs. 3, 11-13)")
-    print("X correct of 8 " + "".join(f"{int(x):>8d}" for x in X))
-    for gamma in (0.5, 1.0, 2.0):
-        g = focal_advantages(rewards, gamma)[1]
-        print(f"g, gamma={gamma:<4}   " + "".join(f"{v:8.3f}" for v in g.tolist()))
-    print("A+ before g    " + "".join(f"{A[i, 0]:8.3f}" for i in range(N - 1)))
-    print("A- before g    " + "".join(f"{A[i, -1]:8.3f}" for i in range(N - 1)))
-    print("m_gamma: " + ", ".join(f"m_{g} = {low_lr_multiplier(g):.4f}" for g in (0.5, 1.0, 2.0)))

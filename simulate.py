@@ -42,8 +42,8 @@ from queue import Empty
 import numpy as np
 import torch
 
-from advantage import (delta_Q_pos, delta_Q_u_pos, focal_weight, group_advantages, success_rate, tail_miss_argmax,
-                       tail_miss_probability)
+from advantage import (WEIGHTINGS, delta_Q_pos, delta_Q_u_pos, focal_weight, group_advantages, success_rate,
+                       tail_miss_argmax, tail_miss_probability, weighted_advantages)
 from fgrpo_utils.cli import check, check_choices, check_positive, parse_config, refuse
 from fgrpo_utils.outputs import (atomic_write_json, atomic_write_text, check_out_dir, code_hashes, mark_out_dir, remove_temp)
 
@@ -61,6 +61,9 @@ class Config:
     r_wrong: float = -1.0          # R_w
     group_sizes: tuple[int, ...] = tuple(2 ** k for k in range(1, 18))    # N = 2 .. 131,072
     gammas: tuple[float, ...] = (0.0, 1.0)                                 # focal exponent, Eq. 12
+    weighting: str = "focal"       # focal: g (R_a - rbar) | a rival's advantage (advantage.py) of the draws' 1/0
+    passk_k: int = 4               # --weighting passk: k, <= every N
+    wreinforce_lambda: float = 0.1  # --weighting wreinforce: a correct draw's advantage (a wrong one's -1)
     seeds: int = 4                 # how many seeds: seed, seed + 1, ..., seed + seeds - 1
     seed: int = 0                  # the first seed
     steps: int = 1000              # T, optimizer steps per configuration
@@ -77,7 +80,7 @@ class Config:
 
     @staticmethod
     def choices():
-        return {"optimizer": ("adamw", "signsgd", "sgd"), "surrogate": ("distinct", "counts")}
+        return {"optimizer": ("adamw", "signsgd", "sgd"), "surrogate": ("distinct", "counts"), "weighting": WEIGHTINGS}
 
     def __post_init__(self):
         check(self.num_actions >= 2, "--num_actions must be >= 2")
@@ -92,6 +95,11 @@ class Config:
         check(len(self.gammas) > 0 and all(0 <= g < math.inf for g in self.gammas),
               "--gammas: every gamma must be >= 0 and finite")
         check(len(set(self.gammas)) == len(self.gammas), "--gammas: repeated value")
+        check(self.weighting == "focal" or self.gammas == (0.0,), f"--gammas: --weighting {self.weighting} has no "
+              "gamma; pass --gammas 0")
+        check(1 <= self.passk_k <= (min(self.group_sizes) if self.weighting == "passk" else 1 << 24),
+              f"--passk_k {self.passk_k}: must be in [1, the smallest N {min(self.group_sizes)}]")
+        check(0 <= self.wreinforce_lambda < math.inf, "--wreinforce_lambda must be >= 0 and finite")
         check(self.seeds >= 1, "--seeds must be >= 1 (it is a count)")
         check(self.seed >= 0, "--seed must be >= 0")
         check(self.steps >= 1, "--steps must be >= 1")
@@ -138,10 +146,12 @@ def sample_counts(p, n, rng):
         c = c[idx]
     return torch.from_numpy(idx), torch.from_numpy(c.astype(np.float32))
 
-def surrogate_grad(p, idx, c, N, gamma, R, surrogate, r_correct, r_wrong):
+def surrogate_grad(p, idx, c, N, gamma, R, surrogate, r_correct, r_wrong, rival=None):
     """Closed-form gradient of the loss -g L w.r.t. the logits z, one row. L = 1/N sum_{A u B} (R_a - rbar) m_a p_a,
     m_a = 1 ("distinct") or c_a ("counts"), rbar the N draws' mean reward; with w = dL/dp (0 off the sampled
     actions), dL/dz_i = p_i (w_i - sum_j p_j w_j): one dense pass plus a scatter over the D sampled actions.
+    rival: (weighting, k, lambda): g (R_a - rbar) becomes that weighting's advantage of a's draws (weighted_advantages
+    of the N draws' correctness, 1 or 0: every draw of an action has the same one).
     p: (K,); idx, c: (D,) from sample_counts; R: (K,)  ->  (K,)"""
     r = R[idx]                                                     # (D,) rewards of A u B
     rbar = (c * r).sum() / N                                       # mean reward of the N draws
@@ -149,7 +159,11 @@ def surrogate_grad(p, idx, c, N, gamma, R, surrogate, r_correct, r_wrong):
     levels = R.new_tensor([r_correct, r_wrong]).tolist()           # in R's dtype, as the rewards are
     mu_hat = success_rate(draws, *levels)[0]                       # X / N, Eq. 11
     m = torch.ones_like(c) if surrogate == "distinct" else c       # (D,)
-    w = focal_weight(mu_hat, gamma) / N * (r - rbar) * m           # (D,) dL/dp_a, advantage R_a - rbar
+    if rival is None:
+        w = focal_weight(mu_hat, gamma) / N * (r - rbar) * m       # (D,) dL/dp_a, advantage R_a - rbar
+    else:                                                          # each action's first draw's advantage
+        A, _ = weighted_advantages((draws == r_correct).double(), rival[0], k=rival[1], lam=rival[2])   # (1, N)
+        w = A[0, (c.cumsum(0) - c).long()].to(p.dtype) / N * m
     pw = p[idx] * w                                                # (D,)
     grad = p * pw.sum()                                            # (K,) -dL/dz_i = p_i (sum_j p_j w_j - w_i)
     grad[idx] -= pw
@@ -210,6 +224,7 @@ def run_rows(rows, cfg, progress=None):
     z.grad = torch.zeros_like(z)
     opt = make_optimizer(z, cfg)
     rngs = [np.random.default_rng([seed, n]) for n, _, seed in rows]
+    rival = None if cfg.weighting == "focal" else (cfg.weighting, cfg.passk_k, cfg.wreinforce_lambda)
     log = {"step": [], "Q_pos": [], "M_ret": []}
     coverage = [0.0] * len(rows)          # sum over steps of the fraction of Q_pos that was sampled
     tm = defaultdict(float)                                            # CPU seconds per phase
@@ -234,7 +249,7 @@ def run_rows(rows, cfg, progress=None):
             with timed(tm, "metrics"):                                        # sum_A p / Q_pos: coverage
                 coverage[i] += (p[idx[idx < C]].sum() / p[:C].sum()).item() / cfg.steps
             with timed(tm, "grad"):
-                z.grad[i] = surrogate_grad(p, idx, c, n, gamma, R, cfg.surrogate, cfg.r_correct, cfg.r_wrong)
+                z.grad[i] = surrogate_grad(p, idx, c, n, gamma, R, cfg.surrogate, cfg.r_correct, cfg.r_wrong, rival)
         if t < cfg.steps:
             with timed(tm, "adamw"):
                 opt.step()                                                    # all rows at once
@@ -511,6 +526,11 @@ def save(fig, path):
         tmp.unlink(missing_ok=True)
         plt.close(fig)
 
+def arm_label(res, gm, tex=True):
+    """A row's method: its gamma under the focal weight, else the rival's name (results.json's config)."""
+    rival = res.get("config", {}).get("weighting", "focal")
+    return ("$\\gamma$" if tex else "γ") + f"={gm:g}" if rival == "focal" else rival
+
 def plot_fig2(res, path):
     import matplotlib.pyplot as plt
     runs, steps = res["runs"], res["steps"]
@@ -523,13 +543,13 @@ def plot_fig2(res, path):
         for j, n in enumerate(shown):
             for gm in gammas:
                 ax[k].plot(steps, mean(key, n, gm), color=f"C{j}", ls="-" if gm == 0 else "--",
-                           label=f"N={n}, $\\gamma$={gm:g}")
+                           label=f"N={n}, {arm_label(res, gm)}")
         ax[k].set(xlabel="step", ylabel=key, title=f"({'ab'[k]}) {key} vs step")
     ax[1].legend(fontsize=7)
     for gm in gammas:
         ls = "-" if gm == 0 else "--"
-        ax[2].plot(Ns, [mean("M_ret_final", n, gm) for n in Ns], "o" + ls, color="C3", label=f"M_ret, $\\gamma$={gm:g}")
-        ax[2].plot(Ns, [mean("Q_pos_final", n, gm) for n in Ns], "s" + ls, color="C0", label=f"Q_pos, $\\gamma$={gm:g}")
+        ax[2].plot(Ns, [mean("M_ret_final", n, gm) for n in Ns], "o" + ls, color="C3", label=f"M_ret, {arm_label(res, gm)}")
+        ax[2].plot(Ns, [mean("Q_pos_final", n, gm) for n in Ns], "s" + ls, color="C0", label=f"Q_pos, {arm_label(res, gm)}")
     # The paper's regimes, where it places them (Sec. 5.1, Fig. 2(c)): the data are drawn over them, not fitted to them.
     ax[2].axvspan(ZONE[0] / 1.4, ZONE[1] * 1.4, color="0.88", zorder=0)
     for x, label in ((SMALL / 2, "I"), (np.sqrt(ZONE[0] * ZONE[1]), "II"), (ZONE[1] * 8, "III")):
@@ -567,7 +587,8 @@ def plot_fig5(path, mu=0.64, tau=6.3e-5):
 def table(res):
     runs = res["runs"]
     gammas = sorted({r["gamma"] for r in runs})
-    lines = ["| N | " + " | ".join(f"Q_pos γ={g:g} | M_ret γ={g:g}" for g in gammas) + " |",
+    lines = ["| N | " + " | ".join(f"Q_pos {arm_label(res, g, False)} | M_ret {arm_label(res, g, False)}"
+                                   for g in gammas) + " |",
              "|---" * (1 + 2 * len(gammas)) + "|"]
     for n in sorted({r["N"] for r in runs}):
         values = [[r[key] for r in runs if r["N"] == n and r["gamma"] == gm]

@@ -53,12 +53,13 @@ import transformers
 import maze
 import reward
 import toy_task
-from advantage import (CLIP_EPS, LOSS_AGG, WEIGHTINGS, aggregate, clip_bounds, ds_grpo_advantages, group_advantages,
-                       kl_k3, ks_up_to, pass_at_k_table, policy_loss, token_mean, unlikely_rewards, weighted_advantages)
+from advantage import (CLIP_EPS, LOSS_AGG, TIS_LEVELS, WEIGHTINGS, aggregate, clip_bounds, ds_grpo_advantages,
+                       group_advantages, kl_k3, ks_up_to, pass_at_k_table, policy_loss, tis_weights, token_mean,
+                       unlikely_rewards, weighted_advantages)
 from fgrpo_utils import memory_plan, policy, preflight
 from fgrpo_utils.cli import parse_config
 from fgrpo_utils.distributed import all_max, all_sum, balance_ranks, batch_problems, init_dist, print0
-from fgrpo_utils.logprob import pack, policy_logp
+from fgrpo_utils.logprob import pack, padded, policy_logp
 from fgrpo_utils.metrics import StepResult, Stopwatch, step_metrics
 from fgrpo_utils.run_folder import (DiskTrouble, check_run, due_exports, export, progress, resume_from, save_checkpoint,
                                     start_logging)
@@ -82,6 +83,8 @@ class Config:
     passk_k: int = 4                  # --weighting passk: k, 1 <= k <= N
     wreinforce_lambda: float = 0.1    # --weighting wreinforce: a correct sample's advantage (a wrong one's -1)
     unlikely_beta: float = 0.0        # unlikeliness reward (any weighting): rewards x (1 - beta rank / N); 0 = off
+    tis_cap: float = 0.0              # engine-trainer correction (not the paper's): each token's loss x
+    tis_level: str = "token"          # min(pi_old / pi_engine, C), or per sequence; 0 = off (advantage.tis_weights)
     group_size: int = 8               # N rollouts per prompt
     eps_low: float | None = None      # clip widths; None = the --loss default (0.2/0.2, 0.2/0.28, 1/5)
     eps_high: float | None = None     # the upper one, 1 + eps_high
@@ -153,7 +156,7 @@ class Config:
         return {"task": tuple(TASKS), "engine": ("auto", "torch", "vllm"), "loss": tuple(CLIP_EPS),
                 "loss_agg": LOSS_AGG, "maze_reward": maze.RULES, "device": ("auto", "cpu", "cuda"),
                 "grad_checkpointing": ("auto", "true", "false"), "attention": ("loop", "varlen"),
-                "weighting": WEIGHTINGS}
+                "weighting": WEIGHTINGS, "tis_level": TIS_LEVELS}
 
 # --task picks one row (a TaskEntry: fgrpo_utils/task.py). A new task: toy_task.py.
 TASKS = {
@@ -263,7 +266,7 @@ def rl_step(cfg, step, task, model, ref_model, engine, opt, *, pad, device, rank
 
     # 4) live groups balanced over ranks by tokens; pi_old's log-probs of mini-batches 1.. by the trainer
     mbs, back, busiest = balance_ranks(cfg, prompts, completions, A.flatten(), live_rows(cfg, A.flatten()),
-                                       num_minibatches, rank, world)
+                                       num_minibatches, rank, world, carry=rollouts.engine_logp if cfg.tis_cap else None)
     watch.lap("balance")
     model.eval()                          # inference only; the update below runs in training mode
     if not on_policy:                     # mini-batch 0's pi_old is its own first forward: no step precedes it
@@ -276,11 +279,11 @@ def rl_step(cfg, step, task, model, ref_model, engine, opt, *, pad, device, rank
     lr = cfg.lr * min(1.0, (step + 1) / cfg.warmup_steps) if cfg.warmup_steps else cfg.lr
     update_stats, grad_norms, pi_old, at = {}, [], [], 0
     model.train()                         # activation checkpointing acts only in training mode
-    for k, (P, C, adv, _) in enumerate(mbs):
+    for k, (P, C, adv, _, E) in enumerate(mbs):    # E: the engine's log-probs, for --tis_cap
         first = on_policy or k == 0       # this forward IS pi_old (deviation 5): the ratio is exactly 1
         stats, logp = update_minibatch(model, ref_model, P, C, adv, None if first else old_logp[at:at + len(C)],
                                        on_policy=first, cfg=cfg, pad_id=pad, device=device, world=world,
-                                       max_len=task.max_new_tokens)
+                                       max_len=task.max_new_tokens, engine_logp=E if cfg.tis_cap else None)
         grad_norms.append(clip_and_step(model, opt, cfg, lr))
         pi_old += logp if first else old_logp[at:at + len(C)]
         at += 0 if first else len(C)
@@ -321,39 +324,24 @@ def prompt_indices(cfg, step, rank, world):
 # -----------------------------------------------------------------------------
 # The update: token-mean over the whole mini-batch, across micro-batches and ranks
 
-def padded(rows, like):
-    """A list of 1-D per-token tensors -> (b, Tc) shaped like `like`, zero-padded."""
-    out = torch.zeros_like(like)
-    for i, r in enumerate(rows):
-        out[i, :len(r)] = r.to(out)
-    return out
-
 def update_minibatch(model, ref_model, prompts, completions, A, old_logp, *, on_policy, cfg, pad_id, device,
-                     world, max_len=None):
+                     world, max_len=None, engine_logp=None):
     """Accumulate the gradient of one mini-batch of whole groups (the caller steps the optimizer).
 
-    prompts, completions: token-id lists, one per sequence, N consecutive ones per group; A: (S,)
-    advantages; old_logp: per-sequence log-probs under pi_old, or None when on_policy: then the first
-    forward IS pi_old (the README's deviation 5) and the ratio is exactly 1. max_len: the response budget, for
-    --loss_agg seq-mean-token-sum-norm (default --max_response_len). ref_model: for --kl_coef > 0.
-    The forward passes are micro_batches(cfg, ...) of the sequences live_rows(cfg, A) keeps, each
-    laid out by micro_batch(...) and scored by logprob.policy_logp with entropy. Groups without signal
-    (A = 0 for all N) add exactly 0 to the loss and its gradient, so with skip_dead(cfg) they are
-    not forwarded at all, but they still count.
-    The loss (policy_loss, Eqs. 14-16; minus entropy_coef times the aggregated entropy, GRPO-H; plus
-    kl_coef times the aggregated kl_k3, GRPO-KL) of every micro-batch is divided by the GLOBAL counts
-    of the mini-batch: its tokens and sequences on all ranks (all_sum), skipped ones included, as
-    advantage.aggregate's num_tokens and num_seqs. So the accumulated gradient is that of the exact
-    mini-batch loss (the paper's token-mean, App. B / L.2), however the micro-batches are cut. FSDP
-    averages gradients over ranks: multiplying each loss by world undoes that, leaving the global sum.
-    Every rank must run as many passes: an empty micro-batch ([]) is an idle pass, two tokens of sequence 0
-    (micro_batch) with weight 0.
-    Returns (metrics, first_logp). metrics, over all ranks: policy_loss's diagnostics and "entropy"
-    (the token mean of H) as means over the live tokens (each micro-batch's value, computed with the
-    global token count, times all tokens / live tokens, summed); "loss/pg" the sum of the
-    micro-batches' policy losses; "kl/k3" the token mean of kl_k3 with a reference model;
-    "ratio/max" the max; "skip/live_frac" the live sequences' share. first_logp: each completion's
-    log-probs from this update's forward (1-D CPU tensors of its length), None for a skipped one.
+    prompts, completions: token-id lists, N consecutive sequences a group; A: (S,) advantages; old_logp: per-
+    sequence log-probs under pi_old, or None when on_policy: the first forward IS pi_old (deviation 5), ratio 1.
+    max_len: seq-mean-token-sum-norm's budget; ref_model: for --kl_coef > 0; engine_logp: the engine's per-
+    sequence log-probs for --tis_cap (None: off), which makes the advantages w_t A (advantage.tis_weights).
+    The sequences live_rows(cfg, A) keeps are forwarded in micro_batches(cfg, ...), laid out by micro_batch and
+    scored by policy_logp with entropy (groups without signal add exactly 0, skipped but counted). The loss
+    (policy_loss, Eqs. 14-16; - entropy_coef x aggregated entropy, GRPO-H; + kl_coef x aggregated kl_k3, GRPO-KL)
+    of each micro-batch divides by the mini-batch's GLOBAL token and sequence counts (all_sum, skipped ones
+    included): the accumulated gradient is the exact mini-batch loss's however it is cut (App. B / L.2); x world
+    undoes FSDP's mean over ranks. Every rank makes as many passes: [] is an idle pass of weight 0 (micro_batch).
+    Returns (metrics, first_logp). metrics, over all ranks: policy_loss's diagnostics, "entropy" (and
+    "tis/mean", "tis/capped") as token means over the live tokens; "loss/pg" the policy losses summed; "kl/k3";
+    "ratio/max"; "skip/live_frac" the live sequences' share. first_logp: each completion's log-probs from this
+    forward (1-D CPU tensors), None for a skipped one.
     """
     assert on_policy == (old_logp is None), "on-policy updates reuse the first forward; others need old_logp"
     keep = live_rows(cfg, A)
@@ -371,8 +359,15 @@ def update_minibatch(model, ref_model, prompts, completions, A, old_logp, *, on_
         mask = batch["completion_mask"]                                              # (b, Tc)
         logp, H_tok = policy_logp(model, batch, cfg.temperature, entropy=True)       # (b, Tc) each
         old = logp.detach() if on_policy or not live else padded([old_logp[i] for i in mb], logp)  # (b, Tc)
-        loss, diag = policy_loss(logp, old, A[mb].to(device), mask, cfg.loss, cfg.eps_low, cfg.eps_high,
+        adv = A[mb].to(device)                                                       # (b,)
+        if engine_logp is not None:                    # --tis_cap: the engine-trainer correction, per token
+            eng = padded([torch.as_tensor(engine_logp[i]) for i in mb], logp) if live else old     # (b, Tc)
+            w, capped = tis_weights(old, eng, mask, cfg.tis_cap, cfg.tis_level)     # (b, Tc) each
+            adv = adv[:, None] * w
+        loss, diag = policy_loss(logp, old, adv, mask, cfg.loss, cfg.eps_low, cfg.eps_high,
                                  cfg.dual_clip, **agg)                               # Eqs. 14-16
+        if engine_logp is not None:
+            diag.update({"tis/mean": token_mean(w, mask, n_tok), "tis/capped": token_mean(capped.to(w), mask, n_tok)})
         diag = {k: v if k == "ratio/max" else v * diag_scale for k, v in diag.items()}
         diag["entropy"] = token_mean(H_tok.detach(), mask, n_tok) * diag_scale
         diag["loss/pg"] = loss.detach()
@@ -497,7 +492,7 @@ def least(ok, lo, hi):
 def lockstep(cfg, mbs, world):
     """balance/lockstep: the update's passes, each waiting for its slowest rank, cost sum_j max_r tokens(r, j):
     that over sum_j mean_r tokens(r, j) (1: pass j as large on every rank). mbs: balance_ranks'. Collective."""
-    costs = torch.tensor([float(pass_tokens(cfg, pass_rows(cfg, P, C, mb))) for P, C, adv, _ in mbs
+    costs = torch.tensor([float(pass_tokens(cfg, pass_rows(cfg, P, C, mb))) for P, C, adv, _, _ in mbs
                           for mb in micro_batches(cfg, P, C, live_rows(cfg, adv))], dtype=torch.float64)
     return float(world * all_max(costs).sum() / all_sum(costs).sum().clamp(min=1))
 

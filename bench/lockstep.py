@@ -147,7 +147,7 @@ def one_step(cfg, step, rank, world):
     old_P, old_C = [p for mb in mbs[1:] for p in mb[0]], [c for mb in mbs[1:] for c in mb[1]]
     old_keep = train.live_rows(cfg, torch.cat([mb[2] for mb in mbs[1:]])) if K > 1 else []
     for name, cut in (("new", train.micro_batches), ("old", greedy_micro_batches)):
-        update = [(P, C, mb) for P, C, adv, _ in mbs for mb in cut(cfg, P, C, train.live_rows(cfg, adv))]
+        update = [(P, C, mb) for P, C, adv, _, _ in mbs for mb in cut(cfg, P, C, train.live_rows(cfg, adv))]
         old = [(old_P, old_C, mb) for mb in cut(cfg, old_P, old_C, old_keep)] if K > 1 else []
         out[name] = {"lockstep": lockstep_of(cfg, update, world), "with_old": lockstep_of(cfg, update + old, world),
                      "passes": len(update) / K}

@@ -112,18 +112,20 @@ def assign_groups(costs, world):
         return [[r] * len(c) for r, c in enumerate(costs)]
     return dest
 
-def balance_ranks(cfg, prompts, completions, A, live, num_minibatches, rank, world):
+def balance_ranks(cfg, prompts, completions, A, live, num_minibatches, rank, world, carry=None):
     """Collective. Move whole live groups between ranks, mini-batch by mini-batch, so that every rank forwards
     about as many tokens: skip_dead's skipped groups and unlike completion lengths leave some far busier.
     A moved group takes its prompt, completions and advantages along; the skipped stay, so the global counts
     the loss divides by, and the gradient with them, are unchanged (up to the order of the sum). live: the
-    sequences the update forwards (train.live_rows). Returns (mbs, back, busiest): mbs, this rank's
-    mini-batches, each (prompts, completions, A, origin), origin[i] the (rank, index there) sequence i came
-    from; back(rows) sends per-sequence results in mbs' order (log-probs, None for a skipped one) back to
+    sequences the update forwards (train.live_rows); carry: a per-sequence list that moves with its group
+    (the engine's log-probs), or None. Returns (mbs, back, busiest): mbs, this rank's mini-batches, each
+    (prompts, completions, A, origin, carried), origin[i] the (rank, index there) sequence i came from and
+    carried[i] its carry (None without); back(rows) sends per-sequence results in mbs' order (log-probs, None for a skipped one) back to
     their ranks, in each one's own order; busiest, (before, after) of the busiest rank's tokens over the
     mean rank's, summed over mini-batches."""
     N, per_mb = cfg.group_size, len(completions) // num_minibatches
     keep = set(live)
+    carry = carry if carry is not None else [None] * len(completions)
     share = cfg.share_prompts
 
     def cost(s):
@@ -153,20 +155,22 @@ def balance_ranks(cfg, prompts, completions, A, live, num_minibatches, rank, wor
         for j, s in enumerate(mb):
             if dests[k][rank][j] != rank:
                 outgoing[dests[k][rank][j]].append((k, s, prompts[s:s + N], completions[s:s + N],
-                                                        A[s:s + N].clone()))  # a view would pickle all of A
+                                                        A[s:s + N].clone(), carry[s:s + N]))  # a view: all A
     arrived = exchange(outgoing)
     got = {(r, k, s): group for r in range(world) for k, s, *group in arrived[r]}
     mbs = []
     for k in range(num_minibatches):
         groups = [(r, s) for r in range(world) for j, s in enumerate(starts[k]) if dests[k][r][j] == rank]
-        P, C, adv, origin = [], [], [], []
+        P, C, adv, origin, E = [], [], [], [], []
         for r, s in groups:
-            p, c, a = (prompts[s:s + N], completions[s:s + N], A[s:s + N]) if r == rank else got[(r, k, s)]
+            p, c, a, e = ((prompts[s:s + N], completions[s:s + N], A[s:s + N], carry[s:s + N]) if r == rank
+                          else got[(r, k, s)])
             P += p
             C += c
+            E += e
             adv.append(a)
             origin += [(r, s + i) for i in range(N)]
-        mbs.append((P, C, torch.cat(adv), origin))
+        mbs.append((P, C, torch.cat(adv), origin, E))
 
     def back(rows):
         out, away = [None] * len(completions), [[] for _ in range(world)]

@@ -91,6 +91,13 @@ def pack(prompts, completions, pad_token_id, device="cpu", share_prompts=False, 
         batch.update(input_ids=ids, attention_mask=mask[:, None], position_ids=pos, row=row_of, src=src)
     return {k: v.to(device) for k, v in batch.items()}
 
+def padded(rows, like):
+    """A list of 1-D per-token tensors -> (b, Tc) shaped like `like` (a policy_logp output), zero-padded."""
+    out = torch.zeros_like(like)
+    for i, r in enumerate(rows):
+        out[i, :len(r)] = r.to(out)
+    return out
+
 def completion_logits(model, batch, temperature=1.0):
     """Logits / T at the positions that predict each completion token. batch from pack(). (S, Tc, V)
     The small-scale reference: the whole (S, Tc, V) float tensor is 37-148 GiB at the paper's scale

@@ -46,6 +46,8 @@ def check_config(cfg, tasks):
           f"--passk_k {cfg.passk_k}: must be in [1, --group_size {cfg.group_size}]")
     check(0 <= cfg.wreinforce_lambda < math.inf, f"--wreinforce_lambda {cfg.wreinforce_lambda}: must be >= 0 and finite")
     check(0 <= cfg.unlikely_beta <= 1, f"--unlikely_beta {cfg.unlikely_beta}: must be in [0, 1]")
+    # A cap below 1 would shrink every token's loss, the on-policy ones too (w = 1 when the engine agrees).
+    check(cfg.tis_cap == 0 or 1 <= cfg.tis_cap <= 1e4, f"--tis_cap {cfg.tis_cap}: must be 0 (off) or in [1, 1e4]")
     check_task_flags(cfg, tasks)
     check(not tasks[cfg.task].partial or cfg.weighting in ("focal", "maxrl"), f"--weighting {cfg.weighting}: "
           f"needs rewards of 0 or 1, and --task {cfg.task}'s are partial (focal and maxrl take them)")
@@ -68,6 +70,7 @@ def check_flags_act(cfg):
             "unlikely_beta": cfg.ds_grpo and "--ds_grpo true has a likelihood term of its own",
             "passk_k": cfg.weighting != "passk" and "only --weighting passk reads it",
             "wreinforce_lambda": cfg.weighting != "wreinforce" and "only --weighting wreinforce reads it",
+            "tis_level": cfg.tis_cap == 0 and "only --tis_cap > 0 reads it",
             "dual_clip": cfg.loss == "cispo" and "--loss cispo has no dual clip (Eqs. 15-16)",
             "eval_every": cfg.eval_mazes == 0 and "--eval_mazes 0 evaluates nothing",
             "eval_samples": cfg.eval_mazes == 0 and "--eval_mazes 0 evaluates nothing",

@@ -1,6 +1,7 @@
 """F-GRPO's rivals in the focal weight's slot (advantage.py): MaxRL, pass@k training, W-REINFORCE, the
 unlikeliness reward; their formulas on hand-computed cases and against brute force, their edges (mu_hat 0
-and 1, N = 1, c = N - 1, k > N - c), bad values refused, and train.py's step giving each function's advantages.
+and 1, N = 1, c = N - 1, k > N - c), bad values refused, and train.py's step giving each function's advantages;
+the engine-trainer correction (--tis_cap: advantage.tis_weights) by hand, in the update and on the torch engine.
 
     python -m pytest -q tests/test_rivals.py          # seconds
 """
@@ -13,8 +14,9 @@ import torch
 
 import train
 from advantage import (WEIGHTINGS, focal_advantages, group_advantages, maxrl_advantages, passk_advantages,
-                       unlikely_rewards, weighted_advantages, wreinforce_advantages)
-from test_gpu_path import group, small_cfg  # noqa: F401  (group: a process group of one)
+                       tis_weights, unlikely_rewards, weighted_advantages, wreinforce_advantages)
+from fgrpo_utils import policy
+from test_gpu_path import group, mixed_lengths, small_cfg, tiny  # noqa: F401  (group: a process group of one)
 from test_train_scale import FakeEngine, tiny_loader
 
 F64 = torch.float64
@@ -162,3 +164,70 @@ def test_a_weighting_defined_on_correctness_refuses_partial_rewards(tmp_path):
             train.Config(task="reverse", model="tiny", weighting=weighting, out_dir=str(tmp_path / "r"))
     for weighting in ("focal", "maxrl"):
         train.Config(task="reverse", model="tiny", weighting=weighting, out_dir=str(tmp_path / "r"))
+
+
+# -----------------------------------------------------------------------------
+# The engine-trainer correction: --tis_cap C, --tis_level token | sequence
+
+def test_tis_weights_by_hand():
+    """Token level: w_t = min(pi_old / pi_engine, C); sequence level: min(prod_t pi_old / pi_engine, C) on every
+    token of the row; 0 off the mask, and `capped` marks the tokens whose ratio exceeded C."""
+    old = torch.log(torch.tensor([[0.5, 0.2, 0.9], [0.3, 0.3, 0.3]], dtype=F64))
+    eng = torch.log(torch.tensor([[0.25, 0.4, 0.9], [0.1, 0.3, 0.6]], dtype=F64))
+    mask = torch.tensor([[1, 1, 1], [1, 1, 0]])
+    w, capped = tis_weights(old, eng, mask, cap=2.5)
+    assert torch.allclose(w, torch.tensor([[2.0, 0.5, 1.0], [2.5, 1.0, 0.0]], dtype=F64))
+    assert capped.tolist() == [[False, False, False], [True, False, False]]
+    w, capped = tis_weights(old, eng, mask, cap=2.5, level="sequence")
+    assert torch.allclose(w, torch.tensor([[1.0, 1.0, 1.0], [2.5, 2.5, 0.0]], dtype=F64))  # 2*0.5*1; min(3, 2.5)
+    assert capped.tolist() == [[False, False, False], [True, True, False]]
+    w, _ = tis_weights(old, old, mask, cap=1.0)                        # the engine agrees: exactly 1
+    assert torch.equal(w, mask.to(F64))
+
+
+@pytest.mark.parametrize("level, on_policy", [("token", True), ("token", False), ("sequence", False)])
+def test_tis_in_the_update_is_the_advantage_times_w(group, level, on_policy):  # noqa: F811
+    """update_minibatch with engine log-probs pi_old - delta_i (delta_i > 0 per sequence): its gradient is the
+    plain update's with A_i x min(e^delta_i, C) (token) or x min(e^(delta_i T_i), C) (sequence); tis/mean
+    and tis/capped are those weights' token means."""
+    model = policy.shard(tiny("qwen2"), torch.device("cpu"))
+    prompts, completions = mixed_lengths()
+    A = torch.randn(len(completions), generator=torch.Generator().manual_seed(1), dtype=F64)
+    cfg = small_cfg(loss="grpo", tis_cap=1.5, tis_level=level)
+    kw = dict(cfg=cfg, pad_id=0, device="cpu", world=1)
+    model.zero_grad(set_to_none=True)
+    _, old = train.update_minibatch(model, None, prompts, completions, A, None, on_policy=True, **kw)
+    delta = torch.linspace(0.01, 0.8, len(completions), dtype=F64)      # some weights over the cap, some not
+    T = torch.tensor([len(c) for c in completions], dtype=F64)
+    w = (delta.exp() if level == "token" else (delta * T).exp()).clamp(max=1.5)
+    assert (w == 1.5).any() and (w < 1.5).any()
+
+    def grads(A, engine_logp):
+        model.zero_grad(set_to_none=True)
+        stats, _ = train.update_minibatch(model, None, prompts, completions, A, None if on_policy else old,
+                                          on_policy=on_policy, engine_logp=engine_logp, **kw)
+        return stats, [p.grad.full_tensor().clone() for p in model.parameters()]
+    stats, got = grads(A, [o - d for o, d in zip(old, delta)])
+    _, want = grads(A * w, None)
+    assert all(torch.allclose(a, b, atol=1e-12) for a, b in zip(got, want))
+    assert stats["tis/mean"] == pytest.approx(float((w * T).sum() / T.sum()))
+    assert stats["tis/capped"] == pytest.approx(float(((w == 1.5) * T).sum() / T.sum()))
+
+
+def test_tis_on_the_torch_engine_is_exactly_one(group):  # noqa: F811
+    """With the torch engine the sampling log-probs are pi_old's up to float rounding: --tis_cap 2 at token and
+    sequence level weights every token 1 (to 1e-5), caps none, and the step trains as without it."""
+    task = SimpleNamespace(prompt=lambda i: ([4, 5, 6, 4 + i % 3], None), max_new_tokens=8, stop_token_ids=[1],
+                           score=lambda answers, comps: ([float(c[0] % 2) for c in comps], {}))
+    runs = {}
+    for tis in ({}, dict(tis_cap=2.0), dict(tis_cap=2.0, tis_level="sequence")):
+        cfg = small_cfg(prompts_per_step=4, mini_batch_prompts=2, **tis)          # mini-batch 1 is off-policy
+        model, _, engine, opt = train.build(cfg, None, 0, torch.device("cpu"), load=tiny_loader(2))
+        runs[str(tis)] = train.rl_step(cfg, 0, task, model, None, engine, opt, pad=0, device=torch.device("cpu"),
+                                       rank=0, world=1)
+    plain, *tis_runs = runs.values()
+    assert (plain.R.sum(1) % 4 != 0).any()                                       # something trains
+    for r in tis_runs:
+        assert r.update_stats["tis/mean"] == pytest.approx(1.0, abs=1e-5) and r.update_stats["tis/capped"] == 0
+        assert r.update_stats["loss/pg"] == pytest.approx(plain.update_stats["loss/pg"], abs=1e-6)
+        assert r.grad_norms == pytest.approx(plain.grad_norms, rel=1e-5)

@@ -157,6 +157,47 @@ def check_fast_equals_naive(cfg, N, gamma):
     assert N == 1 or (zf - S.initial_logits(cfg)).abs().max() > 1e-3, "the logits did not move"
 
 
+@pytest.mark.parametrize("rival", [("maxrl", 4, 0.1), ("passk", 4, 0.1), ("passk", 1, 0.1), ("wreinforce", 4, 0.3)])
+@pytest.mark.parametrize("surrogate", ["distinct", "counts"])
+def test_a_rivals_gradient_is_autograd_of_its_advantages(rival, surrogate):
+    """--weighting W: surrogate_grad is the gradient of -1/N sum A_a m_a p_a, A_a the rival's advantage of a's draws
+    (advantage.weighted_advantages of the draws' correctness), on samples with duplicates and mixed groups."""
+    cfg = small_cfg(surrogate=surrogate)
+    R = S.reward_vector(cfg).double()
+    gen = torch.Generator().manual_seed(3)
+    seen_mixed = 0
+    for N in (4, 9, 64):
+        z = S.initial_logits(cfg).double().requires_grad_()
+        p = torch.softmax(z, 0)
+        a = torch.multinomial(p.detach(), N, replacement=True, generator=gen)                 # (N,)
+        idx, c = a.unique(return_counts=True)
+        correct = (a < cfg.num_correct).double()[None]                                        # (1, N)
+        seen_mixed += bool(0 < correct.sum() < N)
+        A = advantage.weighted_advantages(correct, rival[0], k=rival[1], lam=rival[2])[0][0]   # (N,) per draw
+        per_action = {int(x): float(A[a == x][0]) for x in idx}
+        assert all(torch.all(A[a == x] == v) for x, v in per_action.items())                 # one A per action
+        if surrogate == "distinct":
+            L = sum(per_action[int(x)] * p[x] for x in idx) / N
+        else:
+            L = (A * p[a]).sum() / N
+        (-L).backward()
+        got = S.surrogate_grad(p.detach(), idx, c.double(), N, 0.0, R, surrogate, 1.0, -1.0, rival)
+        np.testing.assert_allclose(got, z.grad, rtol=1e-9, atol=1e-15)
+    assert seen_mixed
+
+
+def test_a_rivals_sweep_is_labelled_and_its_flags_checked(capsys):
+    """A rival's run takes --gammas 0 only, pass@k's k at most the smallest N; its table names the method."""
+    for argv, flag in ((["--weighting", "maxrl"], "--gammas"),
+                       (["--weighting", "passk", "--gammas", "0", "--group_sizes", "2", "8"], "--passk_k 4")):
+        with pytest.raises(SystemExit) as e:
+            parse_config(S.Config, argv=argv)
+        assert e.value.code == 2 and flag in capsys.readouterr().err
+    cfg = small_cfg(weighting="passk", passk_k=2)
+    runs, _, steps = S.simulate(cfg)
+    assert "Q_pos passk | M_ret passk" in S.table({"config": {"weighting": "passk"}, "runs": runs})
+
+
 def test_optimizers_are_what_their_names_say():
     """One step by hand: signsgd is lr * sign(grad) plus decoupled decay; sgd is lr * grad plus decay;
     adamw's first step with eps >> |grad| is ~lr * grad / eps (the un-normalised regime)."""

@@ -89,9 +89,9 @@ def run(opts, rank, world, device, unused):
     busiest, back = None, lambda rows: rows
     if balance:                                 # train.rl_step's way: whole live groups moved between ranks
         (mbs, back, busiest) = distributed.balance_ranks(cfg, prompts, completions, A, train.live_rows(cfg, A), 1,
-                                                         rank, world)
-        prompts, completions, A, origin = mbs[0]
-        old = [seqs[r * per_rank + i]["old_logp"].double() for r, i in origin]
+                                                         rank, world, carry=old)      # as --tis_cap's log-probs
+        prompts, completions, A, origin, old = mbs[0]
+        assert all(torch.equal(o, seqs[r * per_rank + i]["old_logp"].double()) for o, (r, i) in zip(old, origin))
     batches = train.micro_batches(cfg, prompts, completions, train.live_rows(cfg, A))
     tokens = sum(len(completions[i]) + (len(prompts[i]) if i % 4 == 0 or not cfg.share_prompts else 0)
                  for mb in batches for i in mb)                     # forwarded, a shared prompt once
