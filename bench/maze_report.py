@@ -4,13 +4,13 @@ Table 4), from train.py's run folders and evaluate.py's result files. Nothing is
 
     python bench/maze_report.py --runs "out/maze_rl/N*" --evals runs/maze --sft runs/maze/sft.json
 
-Every run folder (its run.json names N, gamma and seed) gives a training curve: the training reward
+Every run folder (its run.json names N, the method and seed) gives a training curve: the training reward
 (bins of --bin steps) and the held-out pass@1 and pass@64 that train.py logged every --eval_every
 steps, under the run's own reward rule; step 0 is the SFT warm start, read from --sft with the same
 estimator. Curves are the mean over seeds with a band from the lowest to the highest seed. Every
 run with a final evaluation (EVALS/RUN.json, evaluate.py --benchmarks maze) gives a table row:
 pass@1, pass@64 and pass@n per seed, the mean and its standard error over seeds, and for each seed
-F-GRPO minus GRPO by the paired m-out-of-n test of evaluate.py (evaluation noise only). The early
+each method minus GRPO (and F-GRPO γ = 0.5) by the paired m-out-of-n test of evaluate.py (evaluation noise only). The early
 drop is the SFT's pass@64 minus the lowest pass@64 a run logged in its first --early steps.
 "Forget the rare", per maze: the held-out mazes are binned by how often the SFT warm start solved
 them (its c/n, --sft_edges), and each arm's row gives, per bin, the share of mazes it still solves at
@@ -83,11 +83,24 @@ class Config:
               f"--sft_edges {' '.join(map(str, e))}: must be increasing numbers inside (0, 1)")
 
 
-ARMS = {0.0: "GRPO", 0.5: "F-GRPO γ=0.5", 1.0: "F-GRPO γ=1"}
+def method(c):
+    """The arm a run belongs to, from its run.json's flags (never its folder's name): (rank, parameter, label),
+    sorted GRPO, F-GRPO by gamma, then the rivals (train.py --weighting, --unlikely_beta)."""
+    w, beta = c.get("weighting", "focal"), float(c.get("unlikely_beta", 0.0))
+    if w == "focal":
+        gamma = float(c["gamma"])
+        key = (0, 0.0, "GRPO") if gamma == 0 else (1, gamma, f"F-GRPO γ={gamma:g}")
+    else:
+        key = {"maxrl": (2, 0.0, "MaxRL"), "passk": (3, float(c.get("passk_k", 0)), f"pass@{c.get('passk_k')}"),
+               "wreinforce": (4, float(c.get("wreinforce_lambda", 0)), f"W-REINFORCE λ={c.get('wreinforce_lambda')}")}[w]
+    return key if not beta else (5 + key[0], beta, f"{key[2]} + unlikeliness β={beta:g}")
+
+
+GRPO = (0, 0.0, "GRPO")                      # the arm every other is paired with by seed
 
 
 def load_runs(cfg):
-    """{(N, gamma): {seed: {"metrics": [...], "eval": result or None, "name": folder name, ...}}}. --runs
+    """{(N, method): {seed: {"metrics": [...], "eval": result or None, "name": folder name, ...}}}. --runs
     may list globs and --evals folders, comma-separated: the i-th glob's evaluations are in the i-th
     folder (or the only one)."""
     runs, starts = defaultdict(dict), {}
@@ -100,9 +113,9 @@ def load_runs(cfg):
         c = read_json(d / "run.json", ["config"])["config"]
         metrics = read_jsonl(d / "metrics.jsonl")
         result = Path(ev) / f"{d.name}.json"
-        arm = (c["group_size"], float(c["gamma"]))
+        arm = (c["group_size"], method(c))
         if c["seed"] in runs[arm]:
-            refuse(f"--runs matches two runs of N {arm[0]}, gamma {arm[1]:g}, seed {c['seed']}: "
+            refuse(f"--runs matches two runs of N {arm[0]}, {arm[1][2]}, seed {c['seed']}: "
                    f"{runs[arm][c['seed']]['path']} and {d}")
         starts[d] = warm_start(d.parent.parent if d.parent.name == "runs" else None, c.get("model", ""))
         runs[arm][c["seed"]] = {"path": d, "start": starts[d],
@@ -111,7 +124,7 @@ def load_runs(cfg):
     if not runs:
         refuse(f"no train.py run folder matches {cfg.runs!r}")
     variants = {variant(r["config"]) for seeds in runs.values() for r in seeds.values()}
-    if len(variants) > 1:            # arms are keyed by (N, gamma): other knobs must agree
+    if len(variants) > 1:            # arms are keyed by (N, method): other knobs must agree
         refuse(f"--runs mixes runs of other settings ({'; '.join(sorted(variants))}); report one at a time")
     if len(set(starts.values())) > 1:   # arms are paired by seed: only runs of one warm start compare
         a, b = (next(d for d in starts if starts[d] == s) for s in sorted(set(starts.values()))[:2])
@@ -134,9 +147,9 @@ def warm_start(block, model):
 
 
 def variant(c):
-    """The run's setting of the knobs that are not N or gamma (the ablations), as a label."""
+    """The run's setting of the knobs that are not N or the method (the ablations), as a label."""
     return (f"norm_std {c.get('norm_std', True)}, loss_agg {c.get('loss_agg', 'token-mean')}, "
-            f"loss {c.get('loss', 'grpo')}, lr {c.get('lr')}")
+            f"loss {c.get('loss', 'grpo')}, lr {c.get('lr')}, tis_cap {c.get('tis_cap', 0.0)}")
 
 
 def fmt(m, se, sign=""):
@@ -163,13 +176,14 @@ def curves(runs, sft, cfg):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     Ns = sorted({N for N, _ in runs})
+    palette = {m: f"C{i % 10}" for i, m in enumerate(sorted({m for _, m in runs}))}
     fig, axes = plt.subplots(3, len(Ns), figsize=(4.2 * len(Ns), 8.5), squeeze=False, sharex="col")
     for col, N in enumerate(Ns):
-        for (n, gamma), seeds in sorted(runs.items()):
+        for (n, arm), seeds in sorted(runs.items()):
             if n != N:
                 continue
             rule = next(iter(seeds.values()))["rule"]
-            color = {0.0: "tab:blue", 0.5: "tab:orange", 1.0: "tab:green"}.get(gamma, "tab:gray")
+            color = palette[arm]
             rows = [("reward/mean", None), (f"eval/{rule}/pass@1", 1), (f"eval/{rule}/pass@64", 64)]
             for row, (key, k) in enumerate(rows):
                 series = []
@@ -186,7 +200,7 @@ def curves(runs, sft, cfg):
                     continue
                 vals = np.array([[s[t] for t in steps] for s in series])
                 ax = axes[row, col]
-                ax.plot(steps, 100 * vals.mean(0), color=color, marker="." if k else None, label=f"{ARMS.get(gamma, gamma)} ({len(series)} seed{'s' * (len(series) > 1)})")
+                ax.plot(steps, 100 * vals.mean(0), color=color, marker="." if k else None, label=f"{arm[2]} ({len(series)} seed{'s' * (len(series) > 1)})")
                 ax.fill_between(steps, 100 * vals.min(0), 100 * vals.max(0), color=color, alpha=0.2)
                 ax.set(ylabel=["train reward (%)", f"held-out {rule} pass@1 (%)", f"held-out {rule} pass@64 (%)"][row])
         axes[0, col].set_title(f"N = {N}")
@@ -208,16 +222,16 @@ def against_n(runs, sft, cfg):
     n = next((r["eval"]["n"] for seeds in runs.values() for r in seeds.values() if r["eval"] is not None), "n")
     for col, k in enumerate((1, 64, "n")):
         ax = axes[0, col]
-        for gamma in sorted({g for _, g in runs}):
+        for arm in sorted({a for _, a in runs}):
             pts = []
-            for (N, g), seeds in sorted(runs.items()):
+            for (N, a), seeds in sorted(runs.items()):
                 vals = [-math.log(max(pass_at(r["eval"], r["rule"], r["eval"]["n"] if k == "n" else k), 1e-9))
-                        for r in seeds.values() if r["eval"] is not None and g == gamma]
+                        for r in seeds.values() if r["eval"] is not None and a == arm]
                 if vals:
                     pts.append((N, np.mean(vals), min(vals), max(vals)))
             if pts:
                 N, m, lo, hi = map(np.array, zip(*pts))
-                ax.errorbar(N, m, yerr=[m - lo, hi - m], marker="o", capsize=3, label=ARMS.get(gamma, gamma))
+                ax.errorbar(N, m, yerr=[m - lo, hi - m], marker="o", capsize=3, label=arm[2])
         if sft is not None:
             rule = sft["rule"]
             ax.axhline(-math.log(sft[rule][sft["n"] if k == "n" else k]), color="gray", ls="--", label="SFT warm start")
@@ -238,7 +252,7 @@ def table(runs, sft, cfg):
     head = ("| N | method | seeds | pass@1 | pass@64 | pass@n | walk pass@1 | early pass@64 drop | per seed pass@1 "
             "| stopped (bench/maze_converge.RULE) |")
     lines += [head, "|---" * (head.count("|") - 1) + "|"]
-    for (N, gamma), seeds in sorted(runs.items()):
+    for (N, arm), seeds in sorted(runs.items()):
         evals = {s: r["eval"] for s, r in seeds.items() if r["eval"] is not None}
         rule = next(iter(seeds.values()))["rule"]
         cells = []
@@ -256,23 +270,22 @@ def table(runs, sft, cfg):
         missing = [str(s) for s in seeds if s not in evals]
         per_seed += f" (no final eval: seed {', '.join(missing)})" if missing else ""
         stops = ", ".join(f"s{s} {stopped(r['metrics'])}" for s, r in sorted(seeds.items()))
-        lines.append(f"| {N} | {ARMS.get(gamma, gamma)} | {len(seeds)} | " + " | ".join(cells) + f" | {per_seed} | {stops} |")
-    lines.append("\nPaired m-out-of-n test per seed, F-GRPO minus GRPO (points, 95% interval, * significant):\n")
-    lines.append(f"| N | method | seed | pass@1 | pass@{cfg.m} |\n|---|---|---|---|---|")
-    for (N, gamma), seeds in sorted(runs.items()):
-        base = runs.get((N, 0.0), {})
-        if gamma == 0.0:
-            continue
-        for s, r in sorted(seeds.items()):
-            a, b = base.get(s, {}).get("eval"), r["eval"]
-            if a is None or b is None:
-                continue
-            rule = r["rule"]
-            res = subsample_test({"maze": (a["n"], np.asarray(a[f"c_{rule}"]))},
-                                 {"maze": (b["n"], np.asarray(b[f"c_{rule}"]))}, cfg.m, cfg.iters)["maze"]
-            cells = [f"{100 * res[k]['diff']:+.1f} [{100 * res[k]['lo']:+.1f}, {100 * res[k]['hi']:+.1f}]"
-                     + ("*" if res[k]["significant"] else "") for k in (1, cfg.m)]
-            lines.append(f"| {N} | {ARMS.get(gamma, gamma)} | {s} | " + " | ".join(cells) + " |")
+        lines.append(f"| {N} | {arm[2]} | {len(seeds)} | " + " | ".join(cells) + f" | {per_seed} | {stops} |")
+    for ref in [GRPO] + [m for m in sorted({m for _, m in runs}) if m[:2] == (1, 0.5)]:   # and F-GRPO γ=0.5
+        lines.append(f"\nPaired m-out-of-n test per seed, each method minus {ref[2]} (points, 95% interval, "
+                     f"* significant):\n\n| N | method | seed | pass@1 | pass@{cfg.m} |\n|---|---|---|---|---|")
+        for (N, arm), seeds in sorted(runs.items()):
+            base = runs.get((N, ref), {})
+            for s, r in sorted(seeds.items()) if arm not in (ref, GRPO) else ():   # GRPO's: the first table
+                a, b = base.get(s, {}).get("eval"), r["eval"]
+                if a is None or b is None:
+                    continue
+                rule = r["rule"]
+                res = subsample_test({"maze": (a["n"], np.asarray(a[f"c_{rule}"]))},
+                                     {"maze": (b["n"], np.asarray(b[f"c_{rule}"]))}, cfg.m, cfg.iters)["maze"]
+                cells = [f"{100 * res[k]['diff']:+.1f} [{100 * res[k]['lo']:+.1f}, {100 * res[k]['hi']:+.1f}]"
+                         + ("*" if res[k]["significant"] else "") for k in (1, cfg.m)]
+                lines.append(f"| {N} | {arm[2]} | {s} | " + " | ".join(cells) + " |")
     lines += per_run(runs, cfg)
     lines += by_step(runs, cfg)
     if sft is not None:
@@ -297,14 +310,14 @@ def per_run(runs, cfg):
         ev = evaluations(r["metrics"], r["rule"])
         final = pass_at(r["eval"], r["rule"], 1) if r["eval"] is not None else None
         return ev, final, (np.mean([p1 for _, p1, _ in ev[-cfg.last:]]) if ev else None)
-    for (N, gamma), seeds in sorted(runs.items()):
+    for (N, arm), seeds in sorted(runs.items()):
         for s, r in sorted(seeds.items()):
             ev, final, recent = numbers(r)
             gaps = [p64 - p1 for _, p1, p64 in ev]
             cells = ["–" if final is None else f"{100 * final:.1f}",
                      "–" if recent is None else f"{100 * recent:.1f} ({ev[-cfg.last:][0][0]}–{ev[-1][0]})"]
-            base = runs.get((N, 0.0), {}).get(s)
-            if gamma and base is not None:
+            base = runs.get((N, GRPO), {}).get(s)
+            if arm != GRPO and base is not None:
                 _, b_final, b_recent = numbers(base)
                 d = ["–" if None in (a, b) else f"{100 * (a - b):+.1f}" for a, b in ((final, b_final), (recent, b_recent))]
                 cells.append(" / ".join(d))
@@ -314,7 +327,7 @@ def per_run(runs, cfg):
                       max(gaps[-2:]) < COLLAPSE else ""), f"{sum(g < COLLAPSE for g in gaps)} of {len(gaps)}",
                       f"{100 * min(gaps):.1f}" if gaps else "–"]
             last = max((m["step"] for m in r["metrics"]), default=0)
-            lines.append(f"| {N} | {ARMS.get(gamma, gamma)} | {s} | {last} | " + " | ".join(cells) + " |")
+            lines.append(f"| {N} | {arm[2]} | {s} | {last} | " + " | ".join(cells) + " |")
     return lines
 
 
@@ -330,7 +343,7 @@ def by_step(runs, cfg):
     gap opens, if it does. A step counts the seeds that reached it (runs still going have fewer)."""
     lines = []
     for N in sorted({n for n, _ in runs}):
-        base = runs.get((N, 0.0))
+        base = runs.get((N, GRPO))
         arms = [(g, seeds) for (n, g), seeds in sorted(runs.items()) if n == N]
         if len(arms) < 2 or base is None:
             continue
@@ -340,16 +353,16 @@ def by_step(runs, cfg):
         steps = sorted(set.union(*(set(v) for v in logged.values())))
         for k in (1, 64):
             key = f"eval/{rule}/pass@{k}"
-            head = "| step | seeds | " + " | ".join(ARMS.get(g, g) for g, _ in arms) + " | " + " | ".join(
-                f"{ARMS.get(g, g)} − GRPO" for g, _ in arms if g != 0.0) + " |"
+            head = "| step | seeds | " + " | ".join(g[2] for g, _ in arms) + " | " + " | ".join(
+                f"{g[2]} − GRPO" for g, _ in arms if g != GRPO) + " |"
             lines += [f"\nHeld-out {rule} pass@{k} by step, N = {N} (train.py's evaluation; mean ± SE over seeds; "
                       "differences paired by seed):\n", head, "|---" * (head.count("|") - 1) + "|"]
             for t in steps:
                 has = {g: [s for s in seeds if t in logged[g, s]] for g, seeds in arms}
                 cells = [fmt(*mean_se([logged[g, s][t][key] for s in has[g]])) for g, _ in arms]
                 for g, _ in arms:
-                    if g != 0.0:
-                        paired = [logged[g, s][t][key] - logged[0.0, s][t][key] for s in has[g] if s in has[0.0]]
+                    if g != GRPO:
+                        paired = [logged[g, s][t][key] - logged[GRPO, s][t][key] for s in has[g] if s in has[GRPO]]
                         cells.append(fmt(*mean_se(paired), sign="+"))
                 counts = "/".join(str(len(has[g])) for g, _ in arms)
                 lines.append(f"| {t} | {counts} | " + " | ".join(cells) + " |")
@@ -375,8 +388,8 @@ def by_sft_difficulty(runs, sft, cfg):
              "evaluation:\n", head, "|---" * (head.count("|") - 1) + "|"]
     rows = [("–", "SFT warm start (again)" if "again" in sft else "SFT warm start (binning samples)",
              [sft.get("again", sft["result"])])]
-    for (N, gamma), seeds in sorted(runs.items()):
-        rows.append((N, ARMS.get(gamma, gamma), [r["eval"] for r in seeds.values() if r["eval"] is not None]))
+    for (N, arm), seeds in sorted(runs.items()):
+        rows.append((N, arm[2], [r["eval"] for r in seeds.values() if r["eval"] is not None]))
     for N, method, evals in rows:
         if not evals:
             continue
@@ -404,11 +417,11 @@ def across_blocks(cfg):
         sub = dataclasses.replace(cfg, runs=str(Path(b, "runs", "*")), evals=str(Path(b, "evals")))
         sft = evaluate.load_result(Path(b, "evals", "sft.json"))["benchmarks"]["maze"]
         by_seed = defaultdict(dict)
-        for (N, gamma), seeds in load_runs(sub).items():
-            arms.add((N, gamma))
+        for (N, arm), seeds in load_runs(sub).items():
+            arms.add((N, arm))
             for s, r in seeds.items():
                 if r["eval"] is not None:
-                    by_seed[s][(N, gamma)] = r
+                    by_seed[s][(N, arm)] = r
         rows += [(b, pass_at(sft, sft["rule"], 1), s, got) for s, got in sorted(by_seed.items())]
     lines = []
     for k in (1, cfg.m, "last"):
@@ -416,8 +429,8 @@ def across_blocks(cfg):
                 f"Final held-out pass@{k}")
         for N in sorted({n for n, _ in arms}):
             mine = sorted(g for n, g in arms if n == N)
-            head = (f"| block (SFT pass@1) | seed | " + " | ".join(ARMS.get(g, g) for g in mine) + " | "
-                    + " | ".join(f"{ARMS.get(g, g)} − GRPO" for g in mine if g) + " |")
+            head = (f"| block (SFT pass@1) | seed | " + " | ".join(g[2] for g in mine) + " | "
+                    + " | ".join(f"{g[2]} − GRPO" for g in mine if g != GRPO) + " |")
             lines += [f"\n{what}, N = {N}, % (stopping step in brackets); differences paired "
                       "within a block and seed:\n", head, "|---" * (head.count("|") - 1) + "|"]
             cols = defaultdict(list)
@@ -429,15 +442,16 @@ def across_blocks(cfg):
                         float(np.mean([p1 for _, p1, _ in evaluations(r["metrics"], r["rule"])[-cfg.last:]]))
                     cols[g].append(v)
                     cells.append("–" if r is None else f"{100 * v:.1f} ({stopped(r['metrics'])})")
-                grpo = cols[0.0][-1] if 0.0 in mine else None
+                grpo = cols[GRPO][-1] if GRPO in mine else None
                 for g in mine:
-                    if g:
+                    if g != GRPO:
                         d = None if None in (cols[g][-1], grpo) else cols[g][-1] - grpo
                         cols["d", g].append(d)
                         cells.append("–" if d is None else f"{100 * d:+.1f}")
                 lines.append(f"| {Path(b).name} ({100 * sft_p1:.1f}) | {s} | " + " | ".join(cells) + " |")
-            means = [fmt(*mean_se(cols[g])) for g in mine] + [fmt(*mean_se(cols["d", g]), sign="+") for g in mine if g]
-            counts = "/".join(str(sum(x is not None for x in cols["d", g])) for g in mine if g)
+            means = [fmt(*mean_se(cols[g])) for g in mine] + [fmt(*mean_se(cols["d", g]), sign="+") for g in mine
+                                                              if g != GRPO]
+            counts = "/".join(str(sum(x is not None for x in cols["d", g])) for g in mine if g != GRPO)
             lines.append(f"| mean ± SE | pairs {counts} | " + " | ".join(means) + " |")
     text = "\n".join(lines).lstrip("\n") + "\n"
     write_table_out(cfg.table, text, SCRIPT)

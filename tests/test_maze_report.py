@@ -14,11 +14,11 @@ import maze_report  # noqa: E402
 from advantage import pass_at_k_curve  # noqa: E402
 
 
-def plant(tmp_path, name, N, gamma, seed, pass64, counts=None):
+def plant(tmp_path, name, N, gamma, seed, pass64, counts=None, **flags):
     run = tmp_path / "runs" / name
     run.mkdir(parents=True)
     (run / "run.json").write_text(json.dumps({"config": {"group_size": N, "gamma": gamma, "seed": seed,
-                                                         "maze_reward": "strict"}}))
+                                                         "maze_reward": "strict", **flags}}))
     rows = [{"step": t, "reward/mean": 0.1 * t / 10} for t in range(1, 11)]
     rows[4].update({"eval/strict/pass@1": 0.2, "eval/strict/pass@64": pass64})
     rows[9].update({"eval/strict/pass@1": 0.3, "eval/strict/pass@64": pass64 + 0.1})
@@ -141,7 +141,7 @@ def test_runs_from_two_folders_each_with_its_own_evaluations(tmp_path, capsys):
     common = dict(sft=str(tmp_path / "absent.json"), figure=str(tmp_path / "f.png"), table=str(tmp_path / "t.md"), iters=100)
     both = f"{tmp_path / 'long' / 'runs' / '*'},{tmp_path / 'block' / 'runs' / '*'}"
     evals = f"{tmp_path / 'long' / 'evals'},{tmp_path / 'block' / 'evals'}"
-    assert "two runs of N 8, gamma 0, seed 0" in refused(maze_report.Config(runs=both, evals=evals, **common), capsys)
+    assert "two runs of N 8, GRPO, seed 0" in refused(maze_report.Config(runs=both, evals=evals, **common), capsys)
     runs = f"{tmp_path / 'long' / 'runs' / '*'},{tmp_path / 'block' / 'runs' / 'N8_g0.5_s*'}"
     maze_report.main(maze_report.Config(runs=runs, evals=evals, **common))
     grpo = next(line for line in (tmp_path / "t.md").read_text().splitlines() if "| GRPO |" in line)
@@ -359,3 +359,27 @@ def test_each_run_shows_its_recent_evaluations_and_the_collapse_test(tmp_path):
     cfg = dataclasses.replace(cfg, last=2)
     maze_report.main(cfg)
     assert "| 8 | GRPO | 0 | 10 | 50.0 | 25.0 (5–10) |" in (tmp_path / "t.md").read_text()
+
+
+def test_rivals_are_arms_of_their_own_told_apart_by_their_flags(tmp_path):
+    """--weighting and --unlikely_beta runs are arms of their own, named by run.json's flags (the folder names
+    here lie), each paired by seed with GRPO and with F-GRPO γ=0.5; two runs of one method and seed are refused."""
+    plant(tmp_path, "a", 8, 0.0, 0, 0.5, [0] * 20 + [64] * 20)                                 # GRPO: 50
+    plant(tmp_path, "b", 8, 0.5, 0, 0.5, [0] * 10 + [64] * 30)                                 # F-GRPO: 75
+    plant(tmp_path, "N8_g0.5_s0", 8, 0.0, 0, 0.5, [0] * 30 + [64] * 10, weighting="maxrl")    # MaxRL: 25
+    plant(tmp_path, "c", 8, 0.0, 0, 0.5, [64] * 40, weighting="passk", passk_k=4)              # pass@4: 100
+    plant(tmp_path, "d", 8, 0.0, 0, 0.5, [0] * 40, unlikely_beta=0.25)                         # GRPO + unlikely: 0
+    cfg = maze_report.Config(runs=str(tmp_path / "runs" / "*"), evals=str(tmp_path / "evals"),
+                             sft=str(tmp_path / "absent.json"), figure=str(tmp_path / "f.png"),
+                             table=str(tmp_path / "t.md"), iters=200)
+    maze_report.main(cfg)
+    text = (tmp_path / "t.md").read_text()
+    rows = {line.split(" | ")[1]: line for line in text.splitlines() if line.startswith("| 8 | ") and "s0 " in line}
+    assert list(rows) == ["GRPO", "F-GRPO γ=0.5", "MaxRL", "pass@4", "GRPO + unlikeliness β=0.25"]
+    assert "| 25.0 |" in rows["MaxRL"] and "| 100.0 |" in rows["pass@4"] and "| 0.0 |" in rows["GRPO + unlikeliness β=0.25"]
+    vs_grpo, vs_fgrpo = text.split("each method minus GRPO")[1].split("each method minus F-GRPO γ=0.5")
+    assert "| 8 | MaxRL | 0 | -25.0" in vs_grpo and "| 8 | pass@4 | 0 | +50.0" in vs_grpo
+    assert "| 8 | MaxRL | 0 | -50.0" in vs_fgrpo and "| 8 | GRPO | " not in vs_fgrpo.split("\n\n")[1]
+    plant(tmp_path, "e", 8, 0.0, 0, 0.5, weighting="maxrl")
+    with pytest.raises(SystemExit):
+        maze_report.main(cfg)
