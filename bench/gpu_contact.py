@@ -37,7 +37,8 @@ it. The default --budget_s (300 s) leaves room for a rerun inside 15 minutes of 
     or lands below the largest count's measurement is noise, not a trend: "timing (or memory) too noisy to
     extrapolate", and the measured figures stand.
 (d) engine: TorchEngine rollouts of the 28-layer 7B shape in bf16 with its 16 GiB KV budget:
-    tokens/s and peak memory, allocated and reserved, beside memory_plan.plan's rollout-engine row.
+    tokens/s and peak memory, allocated and reserved, beside memory_plan.plan's rollout-engine row; and
+    what train.py --tis_cap 2 would weight 8 of its rows by, against an fp32 copy of its weights (tis_stats).
 (e) check: bench/gpu_check.py in what is left of --budget_s, if that is 2 minutes or more.
 Everything runs on torch 2.11 / transformers 5.17 as well as the pinned 2.13 / 5.19.
 """
@@ -68,6 +69,7 @@ sys.path.insert(1, str(Path(__file__).resolve().parent))             # gpu_check
 import train
 from fgrpo_utils import distributed, memory_plan, policy
 from fgrpo_utils.cli import check, check_device, check_min, parse_config
+from advantage import TIS_LEVELS, tis_weights
 from fgrpo_utils.logprob import completion_logp, pack, policy_logp
 from fgrpo_utils.outputs import check_out_file, remove_temp, write_json_out
 from fgrpo_utils.policy import use_attention
@@ -576,6 +578,11 @@ def part_engine(cfg, device, record):
     t = time.perf_counter()
     r = engine.generate(prompts, n, seeds=list(range(len(prompts))), max_new_tokens=new, stop_token_ids=[])
     s = time.perf_counter() - t
+    trainer = random_model(config, device, torch.float32)            # the trainer's fp32 copy of the weights
+    trainer.load_state_dict({k: v.float() for k, v in engine.model.state_dict().items()})
+    rows = range(min(8, len(r.token_ids)))
+    old = completion_logp(trainer, [prompts[r.prompt_index[i]] for i in rows], [r.token_ids[i] for i in rows], 0,
+                          batch_size=2)
     gpu_gib = torch.cuda.get_device_properties(device).total_memory / GiB if device.type == "cuda" else 80.0
     p = plan_for(cfg, device, gpu_gib, engine="torch", prompts_per_step=cfg.engine_prompts,
                  mini_batch_prompts=cfg.engine_prompts, group_size=n, max_prompt_len=cfg.prompt_len,
@@ -584,7 +591,21 @@ def part_engine(cfg, device, record):
             "tok_s": sum(map(len, r.token_ids)) / s, "peak_kv_gib": engine.peak_kv_bytes / GiB,
             "peak_gib": torch.cuda.max_memory_allocated() / GiB if device.type == "cuda" else None,
             "peak_reserved_gib": torch.cuda.max_memory_reserved() / GiB if device.type == "cuda" else None,
-            "plan_engine_gib": next(x.rollout for x in p.rows if x.name.startswith("rollout engine"))}
+            "plan_engine_gib": next(x.rollout for x in p.rows if x.name.startswith("rollout engine")),
+            "tis_cap2": tis_stats(old, [r.engine_logp[i] for i in rows])}
+
+
+def tis_stats(old, engine_logp, cap=2.0):
+    """train.py --tis_cap 2 on these rows (the engine's dtype against the fp32 trainer's pi_old): each
+    --tis_level's weights min(pi_old / pi_engine, cap), their mean, min and max, and the share capped."""
+    out = {}
+    for level in TIS_LEVELS:
+        w, capped = zip(*(tis_weights(o.double()[None], torch.tensor(e, dtype=torch.float64)[None],
+                                      torch.ones(1, len(e)), cap, level) for o, e in zip(old, engine_logp)))
+        w, capped = torch.cat([x.flatten() for x in w]), torch.cat([x.flatten() for x in capped])
+        out[level] = {"mean": float(w.mean()), "min": float(w.min()), "max": float(w.max()),
+                      "capped": float(capped.double().mean())}
+    return out
 
 
 # -----------------------------------------------------------------------------

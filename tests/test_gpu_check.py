@@ -115,6 +115,9 @@ def test_first_contact_script_runs_every_part_without_vllm(tmp_path):
     eng = parts["engine"]
     assert eng["peak_gib"] is None and "peak_reserved_gib" in eng and eng["peak_reserved_gib"] is None
     assert eng["status"] == "ok" and eng["rows"] == 16 and eng["tok_s"] > 0 and 0 < eng["peak_kv_gib"] < eng["plan_engine_gib"]
+    # --tis_cap 2 on the engine's rows: fp32 on the CPU, so pi_old / pi_engine is 1 up to rounding
+    assert set(eng["tis_cap2"]) == {"token", "sequence"}
+    assert all(abs(v["mean"] - 1) < 1e-4 and v["capped"] == 0 for v in eng["tis_cap2"].values()), eng["tis_cap2"]
     assert parts["check"]["status"].startswith("skipped: ") and "under 120" in parts["check"]["status"]
     assert "done: env ok, vllm skipped: vLLM not installed, update ok, engine ok" in r.stdout
 

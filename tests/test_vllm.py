@@ -207,7 +207,7 @@ def test_tiny_model_is_refused():
 
 
 def test_train_py_runs_with_vllm(setup, tmp_path):
-    """Smoke: 2 maze RL steps with --engine vllm. The random policy never solves a maze, so every
+    """Smoke: 2 maze RL steps with --engine vllm (and --tis_cap 2). The random policy never solves a maze, so every
     advantage is 0; the entropy bonus (GRPO-H) makes step 1 change the weights anyway. Step 2's
     engine-vs-trainer gap is measured on rollouts sampled after that sync, so a sync that did not
     reach the engine shows up here too."""
@@ -215,12 +215,14 @@ def test_train_py_runs_with_vllm(setup, tmp_path):
     cmd = [sys.executable, "train.py", "--task", "maze", "--model", str(setup["path"]),
            "--engine", "vllm", "--device", "cpu", "--steps", "2", "--prompts_per_step", "4",
            "--mini_batch_prompts", "4", "--group_size", "4", "--lr", "1e-2", "--warmup_steps", "0", "--entropy_coef", "0.1",
-           "--eval_mazes", "4", "--eval_samples", "2", "--out_dir", str(tmp_path / "run")]
+           "--eval_mazes", "4", "--eval_samples", "2", "--tis_cap", "2", "--out_dir", str(tmp_path / "run")]
     r = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
     steps = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [m["step"] for m in steps] == [1, 2]
     assert all(m["logp/diff_max"] < TOL for m in steps), [m["logp/diff_max"] for m in steps]
+    # --tis_cap: pi_old / pi_engine is 1 up to that gap, so every token's weight is 1 and none is capped
+    assert all(abs(m["tis/mean"] - 1) < TOL and m["tis/capped"] == 0 for m in steps), steps
     assert steps[-1]["grad_norm"] > 0 and "eval/strict/pass@1" in steps[-1] and "eval/walk/pass@1" in steps[-1]
 
 
