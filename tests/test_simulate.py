@@ -461,3 +461,34 @@ def test_a_users_file_with_an_output_name_is_never_written_over(tmp_path, capsys
         parse_config(S.Config, ["--out_dir", str(tmp_path), "--plot_only", "true"])
     assert e.value.code == 2 and "results.json" in capsys.readouterr().err
     assert (tmp_path / "results.json").read_text() == '{"mine": true}'
+
+
+def test_sim_rivals_pairs_arm_files_by_their_content(tmp_path, monkeypatch, capsys):
+    """bench/sim_rivals.py: every arm simulated (small), the table rebuilt from the files alone, arms named by
+    their config (a renamed file keeps its method), and files of other settings or a method twice refused."""
+    import dataclasses
+    import importlib.util
+    from conftest import ROOT
+    spec = importlib.util.spec_from_file_location("sim_rivals", ROOT / "bench" / "sim_rivals.py")
+    sr = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(sr)
+    real = sr.arm_config
+    monkeypatch.setattr(sr, "arm_config", lambda w, workers: dataclasses.replace(
+        real(w, 1), num_actions=60, num_correct=8, steps=5, seeds=2, group_sizes=(4, 8)))
+    out, fig = tmp_path / "o", tmp_path / "f.png"
+    sr.main(sr.Config(run=True, out=str(out), figure=str(fig)))
+    first = (out / "table.md").read_text()
+    assert "| N | GRPO | F-GRPO γ=0.5 | F-GRPO γ=1 | MaxRL | pass@4 | W-REINFORCE λ=0.1 |" in first
+    (out / "maxrl.json").rename(out / "focal_copy.json")                 # the name says nothing
+    sr.main(sr.Config(out=str(out), figure=str(fig)))
+    assert (out / "table.md").read_text() == first and fig.stat().st_size > 10_000
+    data = json.loads((out / "passk.json").read_text())
+    (out / "zz.json").write_text(json.dumps({**data, "config": {**data["config"], "steps": 6}}))
+    with pytest.raises(SystemExit):
+        sr.main(sr.Config(out=str(out), figure=str(fig)))
+    err = capsys.readouterr().err
+    assert "differs from" in err and "in steps;" in err, err
+    (out / "zz.json").write_text(json.dumps(data))                       # pass@4 twice
+    with pytest.raises(SystemExit):
+        sr.main(sr.Config(out=str(out), figure=str(fig)))
+    assert "pass@4 is also in another file" in capsys.readouterr().err
