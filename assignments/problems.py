@@ -55,6 +55,8 @@ WITHHELD = {
     "tests/test_simulate.py": "states E1's and E2's results (the claims a run meets, Lemma 3.1's argmax table)",
     "figures/fig2.png": "E1's plot", "figures/fig2_sensitivity.png": "E1's plot, other optimizer settings",
     "figures/fig3.png": "E2's plot", "figures/fig5.png": "E1's plot",
+    "results/sim_rivals/focal.json": "E1's sweep (gamma 0 and 1 at Fig. 2's N and seeds) beside gamma 0.5",
+    "results/sim_rivals/table.md": "E1's M_ret and Q_pos beside the rivals'", "figures/sim_rivals.png": "the same, plotted",
 }
 
 # Passages of the docs that report what a graded experiment asks for, as (file, first line's start,
@@ -65,4 +67,5 @@ WITHHELD = {
 ANSWERS = [
     ("RESULTS.md", "## The categorical simulation", "## The single-solution maze", "E1 and E2"),
     ("README.md", "| [Categorical simulation]", "| [Maze, 300 steps]", "E1"),
+    ("RESULTS.md", "### The rivals in the simulation", "## Memory at the paper's scale", "E1"),
 ]
