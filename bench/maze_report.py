@@ -44,6 +44,7 @@ from maze_converge import COLLAPSE, STAMP, evaluations, stop_step, warm_start_id
 from advantage import pass_at_k_table, subsample_test  # noqa: E402
 from fgrpo_utils.cli import check, check_min, parse_config, refuse  # noqa: E402
 from fgrpo_utils.outputs import Damaged, check_out_file, png_metadata, read_json, read_jsonl, write_table_out  # noqa: E402
+from fgrpo_utils.run_folder import RESUME_MAY_CHANGE  # noqa: E402
 
 
 SCRIPT = "bench/maze_report.py"      # the mark in its figure and table (outputs.is_ours)
@@ -120,7 +121,7 @@ def load_runs(cfg):
         starts[d] = warm_start(d.parent.parent if d.parent.name == "runs" else None, c.get("model", ""))
         runs[arm][c["seed"]] = {"path": d, "start": starts[d],
             "metrics": metrics, "name": d.name, "rule": c.get("maze_reward", "walk"), "config": c,
-            "eval": evaluate.load_result(result)["benchmarks"]["maze"] if result.is_file() else None}
+            "eval": evaluation_of(result, c, metrics) if result.is_file() else None}
     if not runs:
         refuse(f"no train.py run folder matches {cfg.runs!r}")
     variants = {variant(r["config"]) for seeds in runs.values() for r in seeds.values()}
@@ -133,6 +134,22 @@ def load_runs(cfg):
     if len(size) > 1:
         refuse(f"--runs mixes maze sizes {sorted(size)}; report one size at a time")
     return runs
+
+
+def evaluation_of(path, c, metrics):
+    """The maze result at `path` if it evaluates this run's final policy, told by its content: evaluate.py
+    records the training run of the checkpoint it scored (run.json's config, the step), which must be this
+    run's (flags a resume may change aside) at its last logged step. Anything else is refused in one line."""
+    res = evaluate.load_result(path)
+    done, ran = res.get("checkpoint") or {}, max((m["step"] for m in metrics), default=0)
+    theirs = done.get("config") or {}
+    differ = sorted(k for k in set(c) | set(theirs) if k not in RESUME_MAY_CHANGE and c.get(k) != theirs.get(k))
+    if not theirs or differ or done.get("step") != ran:
+        why = ("records no training run (evaluate.py's checkpoint field)" if not theirs else
+               f"evaluates a run with other {', '.join(differ)}" if differ else
+               f"evaluates step {done.get('step')}, the run's last is {ran}")
+        refuse(f"--evals {path}: {why}; it is not the final evaluation of {path.stem}'s run")
+    return res["benchmarks"]["maze"]
 
 
 def warm_start(block, model):
@@ -477,6 +494,11 @@ def report(cfg):
         if theirs != mine:
             refuse(f"--sft {cfg.sft} evaluates {theirs}, the runs started from {mine}; use their block's")
     if Path(cfg.sft).is_file():      # the result, and {rule: {k: pass@k}} for k = 1, 64, n (Eq. 27)
+        starts = {Path(r["config"].get("model", "")).name for seeds in runs.values() for r in seeds.values()}
+        for f in (cfg.sft, cfg.sft_again):      # by content too: the folder the evaluation loaded (its name:
+            model = evaluate.load_result(f)["config"].get("model") if Path(f).is_file() else None   # cwds differ)
+            if model is not None and {Path(model).name} != starts:
+                refuse(f"{f} evaluates {model}, the runs started from {', '.join(sorted(map(str, starts)))}")
         b = evaluate.load_result(cfg.sft)["benchmarks"]["maze"]
         sft = {"n": b["n"], "rule": b["rule"], "result": b,
                **{rule: {k: pass_at(b, rule, k) for k in (1, 64, b["n"])} for rule in ("strict", "walk")}}

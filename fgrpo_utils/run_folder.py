@@ -60,6 +60,9 @@ def check_run(cfg, out, problems=()):
     killed runs left. Returns (the checkpoint folder --resume continues from, or None; its meta.json)."""
     problems = (lock_out_dir(out) if dist.get_rank() == 0 else []) + list(problems)
     ckpt, meta, skipped = find_checkpoint(step_folders(out / "ckpt")) if cfg.resume else (None, None, [])
+    if skipped and ckpt is None:                       # retraining would rewrite the log and the damaged folders
+        problems.append(f"--resume: every checkpoint in {out / 'ckpt'} is damaged ({'; '.join(skipped)}); "
+                        "nothing was changed: repair or move them away")
     problems += folder_problems(cfg, out, ckpt, meta)
     first = [problems[0] if problems else None]        # the lock is rank 0's: all ranks follow its answer
     dist.broadcast_object_list(first, src=0)

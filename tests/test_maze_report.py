@@ -17,15 +17,15 @@ from advantage import pass_at_k_curve  # noqa: E402
 def plant(tmp_path, name, N, gamma, seed, pass64, counts=None, **flags):
     run = tmp_path / "runs" / name
     run.mkdir(parents=True)
-    (run / "run.json").write_text(json.dumps({"config": {"group_size": N, "gamma": gamma, "seed": seed,
-                                                         "maze_reward": "strict", **flags}}))
+    config = {"group_size": N, "gamma": gamma, "seed": seed, "maze_reward": "strict", **flags}
+    (run / "run.json").write_text(json.dumps({"config": config}))
     rows = [{"step": t, "reward/mean": 0.1 * t / 10} for t in range(1, 11)]
     rows[4].update({"eval/strict/pass@1": 0.2, "eval/strict/pass@64": pass64})
     rows[9].update({"eval/strict/pass@1": 0.3, "eval/strict/pass@64": pass64 + 0.1})
     (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     if counts is not None:
         c = np.asarray(counts)
-        res = {"config": {}, "benchmarks": {"maze": {
+        res = {"config": {}, "checkpoint": {"step": 10, "config": config}, "benchmarks": {"maze": {
             "n": 64, "rule": "strict", "c": c.tolist(), "c_strict": c.tolist(), "c_walk": c.tolist(),
             "pass@k": pass_at_k_curve(64, c), "pass@k_strict": pass_at_k_curve(64, c),
             "pass@k_walk": pass_at_k_curve(64, c)}}}
@@ -136,6 +136,9 @@ def test_runs_from_two_folders_each_with_its_own_evaluations(tmp_path, capsys):
     plant(tmp_path / "long", "N8_g0_s0", 8, 0.0, 0, 0.5, [0] * 10 + [64] * 30)       # pass@1 75 at step 2,000
     rows = [{"step": t, "eval/strict/pass@1": 0.4, "eval/strict/pass@64": 0.6} for t in range(100, 2001, 100)]
     (tmp_path / "long" / "runs" / "N8_g0_s0" / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    ev = tmp_path / "long" / "evals" / "N8_g0_s0.json"                                 # it evaluates step 2,000
+    ev.write_text(json.dumps({**json.loads(ev.read_text()), "checkpoint": {"step": 2000, "config": json.loads(
+        (tmp_path / "long" / "runs" / "N8_g0_s0" / "run.json").read_text())["config"]}}))
     stamp(tmp_path / "block", "1" * 64)
     stamp(tmp_path / "long", "1" * 64)
     common = dict(sft=str(tmp_path / "absent.json"), figure=str(tmp_path / "f.png"), table=str(tmp_path / "t.md"), iters=100)
@@ -383,3 +386,30 @@ def test_rivals_are_arms_of_their_own_told_apart_by_their_flags(tmp_path):
     plant(tmp_path, "e", 8, 0.0, 0, 0.5, weighting="maxrl")
     with pytest.raises(SystemExit):
         maze_report.main(cfg)
+
+
+def test_an_evaluation_is_paired_with_its_run_by_content(tmp_path, capsys):
+    """EVALS/NAME.json must evaluate NAME's run: the training run evaluate.py recorded (its flags, its last
+    step), not just the file name. Another seed's, another step's or an unrecorded one is refused in one
+    line naming the file and why; an SFT evaluation of another warm start folder too."""
+    plant(tmp_path, "N8_g0_s0", 8, 0.0, 0, 0.5, [0] * 20 + [64] * 20, model="out/sft_a")
+    plant(tmp_path, "N8_g0_s1", 8, 0.0, 1, 0.5, [0] * 30 + [64] * 10, model="out/sft_a")
+    evals = tmp_path / "evals"
+    cfg = maze_report.Config(runs=str(tmp_path / "runs" / "N*"), evals=str(evals), sft=str(tmp_path / "absent.json"),
+                             figure=str(tmp_path / "f.png"), table=str(tmp_path / "t.md"), iters=100)
+    maze_report.main(cfg)                                                    # as planted: each its own
+    good = {f: (evals / f).read_text() for f in ("N8_g0_s0.json", "N8_g0_s1.json")}
+    for why, edit in [("other seed", lambda r: r["checkpoint"]["config"].update(seed=1)),
+                      ("evaluates step 5", lambda r: r["checkpoint"].update(step=5)),
+                      ("records no training run", lambda r: r.pop("checkpoint"))]:
+        res = json.loads(good["N8_g0_s0.json"])
+        edit(res)
+        (evals / "N8_g0_s0.json").write_text(json.dumps(res))
+        err = refused(cfg, capsys)
+        assert why in err and "N8_g0_s0.json" in err, err
+    (evals / "N8_g0_s0.json").write_text(good["N8_g0_s0.json"])
+    sft = json.loads(good["N8_g0_s1.json"])
+    sft["config"]["model"] = "elsewhere/sft_b"
+    (evals / "sft.json").write_text(json.dumps(sft))
+    assert "evaluates elsewhere/sft_b, the runs started from sft_a" in refused(
+        dataclasses.replace(cfg, sft=str(evals / "sft.json")), capsys)

@@ -100,6 +100,26 @@ def test_damaged_checkpoints_fall_back_to_the_last_whole_one(tiny_run, tmp_path)
     assert not list(run.glob(".metrics*"))
 
 
+def test_every_checkpoint_damaged_is_refused_and_nothing_changes(tiny_run, tmp_path):
+    """meta.json or .metadata of every step folder damaged: the resume used to warn and retrain from step 0,
+    rewriting metrics.jsonl and replacing the damaged folders' intact shards. Now: exit 2, one line naming
+    the folder and each checkpoint's damage, before any step; every file as it was."""
+    flags, whole = tiny_run
+    run = tmp_path / "run"
+    shutil.copytree(whole, run)
+    for i in (1, 2, 3, 4):
+        name = "meta.json" if i % 2 else ".metadata"
+        with open(run / "ckpt" / f"step_00000{i}" / name, "r+b") as f:
+            f.truncate(20)
+    before = {p: p.read_bytes() for p in run.rglob("*") if p.is_file() and p.name != ".train.lock"}
+    r = launch.run(flags + ["--steps", "5", "--out_dir", str(run), "--resume", "true"], cwd=ROOT, env=ENV,
+                   capture_output=True, text=True, timeout=900)
+    assert r.returncode == 2 and r.stderr.strip().count("\n") == 0, r.stderr[-2000:]
+    assert r.stderr.startswith("error: --resume: every checkpoint in") and "step_000001 (" in r.stderr
+    after = {p: p.read_bytes() for p in run.rglob("*") if p.is_file() and p.name != ".train.lock"}
+    assert after == before
+
+
 def test_resume_refuses_another_experiment(tiny_run, tmp_path):
     """--resume with another --gamma or --lr used to continue silently, one run with two settings.
     How it runs (--steps, --sample_every, ...) may change."""
