@@ -12,6 +12,11 @@ The last logged held-out pass@k under the runs' own reward rule (train.py's --ev
 logged) is compared the same way. It is also the class version of the maze experiment (README):
 
     python bench/compare_runs.py --a "out/class/g0_s*" --b "out/class/g0.5_s*"     # GRPO vs F-GRPO
+
+The runs are paired by what they are, read from their run.json, never by their folder names: refused in
+one line are a run in both groups (overlapping globs: "g0*" also matches "g0.5_s0"), one run twice (a
+copied folder: the same flags and seed), a group whose runs differ in more than the seed (and the flags a
+resume may change), and groups of another task or maze. A killed run's cut last line is dropped.
 """
 import glob
 import json
@@ -21,7 +26,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from fgrpo_utils.cli import check_min, parse_config  # noqa: E402
+from fgrpo_utils.cli import check_min, parse_config, refuse  # noqa: E402
+from fgrpo_utils.outputs import Damaged, read_json, read_jsonl  # noqa: E402
+from fgrpo_utils.run_folder import RESUME_MAY_CHANGE  # noqa: E402
+
+SAME_FOR_BOTH = ("task", "maze_size", "maze_reward", "data", "group_size", "prompts_per_step")   # or no A/B
 
 
 @dataclass
@@ -34,14 +43,30 @@ class Config:
         check_min(self, 1, "bin")
 
 
-def load(pattern):
-    runs = {}
+def load(pattern, flag):
+    """{folder: (config, metrics)} of the runs `pattern` matches; refused in one line: a folder without
+    run.json, a run with no logged step, two copies of one run, runs that differ in more than the seed."""
+    runs, seen = {}, {}
     for d in sorted(glob.glob(pattern)):
         f = Path(d) / "metrics.jsonl"
-        if f.exists():
-            runs[d] = [json.loads(line) for line in f.read_text().splitlines()]
+        if not f.exists():
+            continue
+        if not (Path(d) / "run.json").is_file():
+            refuse(f"--{flag} matches {d}: a metrics.jsonl without run.json, so nothing says what run it is")
+        config, metrics = read_json(Path(d) / "run.json", ["config"])["config"], read_jsonl(f)
+        if not metrics or any("reward/mean" not in m for m in metrics):
+            refuse(f"--{flag} matches {d}: {'no step logged' if not metrics else 'a row without reward/mean'} in {f}")
+        key = json.dumps({k: v for k, v in sorted(config.items()) if k not in RESUME_MAY_CHANGE})
+        if key in seen:
+            refuse(f"--{flag}: {seen[key]} and {d} are one run (the same flags and seed): a copy counts once")
+        seen[key] = d
+        runs[d] = (config, metrics)
     if not runs:
-        sys.exit(f"error: no run directory with a metrics.jsonl matches {pattern!r}")
+        refuse(f"no run directory with a metrics.jsonl matches --{flag} {pattern!r}")
+    differ = sorted({k for c, _ in runs.values() for k in c if k not in RESUME_MAY_CHANGE + ("seed",)
+                     and len({json.dumps(c2.get(k)) for c2, _ in runs.values()}) > 1})
+    if differ:
+        refuse(f"--{flag} {pattern!r} mixes runs of other settings ({', '.join(differ)}): a group differs by seed only")
     return runs
 
 
@@ -69,7 +94,20 @@ def heldout_pass1(metrics):
 
 
 def main(cfg):
-    groups = {"A": load(cfg.a), "B": load(cfg.b)}
+    try:
+        groups = {"A": load(cfg.a, "a"), "B": load(cfg.b, "b")}
+    except Damaged as e:
+        refuse(e)
+    both = sorted(set(groups["A"]) & set(groups["B"]))
+    if both:
+        refuse(f"--a and --b both match {', '.join(both)}: a run belongs to one group (narrow the globs)")
+    ca, cb = (next(iter(groups[g].values()))[0] for g in "AB")
+    other = [k for k in SAME_FOR_BOTH if ca.get(k) != cb.get(k)]
+    if other:
+        refuse(f"--a and --b are runs of another {', '.join(other)} ({', '.join(f'{ca.get(k)} vs {cb.get(k)}' for k in other)})")
+    print("A and B differ in " + (", ".join(f"{k} {ca.get(k)} vs {cb.get(k)}" for k in sorted(set(ca) | set(cb))
+          if k not in ("out_dir", "seed", "resume", "steps") and ca.get(k) != cb.get(k)) or "nothing but the seed"))
+    groups = {g: {d: m for d, (_, m) in runs.items()} for g, runs in groups.items()}
     T = min(len(m) for runs in groups.values() for m in runs.values())      # common number of steps
     reward = {g: [[m[t]["reward/mean"] for t in range(T)] for m in runs.values()] for g, runs in groups.items()}
     print(f"A: {len(groups['A'])} runs ({cfg.a}), B: {len(groups['B'])} runs ({cfg.b}), first {T} steps")
