@@ -15,6 +15,25 @@ from fgrpo_utils.memory_plan import engine_kind
 from fgrpo_utils.outputs import check_out_dir
 from fgrpo_utils.run_folder import TRAIN_OUTPUTS
 
+# The largest value each numeric flag's use allows, and why; the smallest are in check_config.
+UPPER = {"seed": (2**32 - 1, "a 32-bit seed, as numpy's and the engines' take"),
+         "threads": (1024, "CPU threads of one process; gloo and OpenMP fail far below a million"),
+         "group_size": (4096, "N rollouts of one prompt sample as one engine batch; the paper's largest is 32"),
+         "prompts_per_step": (1 << 20, "the step's prompt list is built before sampling"),
+         "lr": (1.0, "AdamW moves each weight by about lr a step; the paper's is 1e-6"),
+         "steps": (10**8, "a step count"), "warmup_steps": (10**8, "a step count"), "save_every": (10**8, "a step count"),
+         "eval_every": (10**8, "a step count"), "sample_every": (10**8, "a step count"), "export_every": (10**8, "a step count"),
+         "keep_checkpoints": (10**4, "checkpoints kept on disk"), "nproc": (1 << 16, "a world size"),
+         "max_prompt_len": (1 << 20, "tokens"), "max_response_len": (1 << 20, "tokens"),
+         "micro_batch_size": (1 << 16, "sequences in one forward"), "micro_batch_tokens": (1 << 26, "tokens in one forward"),
+         "gamma": (100.0, "(1 - mu_hat)^gamma is 0 to float precision for every mixed group long before"),
+         "kl_coef": (1e4, "a loss coefficient"), "entropy_coef": (1e4, "a loss coefficient"),
+         "weight_decay": (1e4, "AdamW's decoupled decay, lr x weight_decay < 1 below"),
+         "temperature": (1e3, "a sampling temperature"), "top_k": (1 << 24, "a vocabulary's size"),
+         "grad_clip": (1e12, "a gradient norm"), "eval_mazes": (1 << 16, "held-out mazes"),
+         "eval_samples": (1 << 16, "samples per held-out maze"), "kv_cache_gb": (1 << 16, "GiB of memory"),
+         "gpu_memory_gb": (1 << 16, "GiB of device memory"), "maze_size": (99, "a maze's side")}
+
 def check_config(cfg, tasks):
     """Config.__post_init__: ValueError('--flag ...') for the first flag out of range, set for another
     task, or set where it cannot act; then, unless --plan (which reads only the model's config.json),
@@ -26,10 +45,14 @@ def check_config(cfg, tasks):
     check_min(cfg, 0, "gamma", "kl_coef", "entropy_coef", "warmup_steps", "weight_decay", "top_k",
               "maze_size", "threads", "seed", "eval_every", "eval_mazes", "sample_every", "export_every",
               "micro_batch_tokens")
+    for name, (high, why) in UPPER.items():     # past these a run fails after set-up, or never gets going
+        check(getattr(cfg, name) <= high, f"--{name} {getattr(cfg, name)}: at most {high:,} ({why})")
     check(cfg.prompts_per_step % cfg.mini_batch_prompts == 0,
           f"--prompts_per_step {cfg.prompts_per_step} must be a multiple of "
           f"--mini_batch_prompts {cfg.mini_batch_prompts}")
     check_positive(cfg, "lr", "grad_clip", "temperature", "kv_cache_gb", "gpu_memory_gb")
+    check(cfg.lr * cfg.weight_decay < 1, f"--weight_decay {cfg.weight_decay}: lr x weight_decay must be < 1 "
+          "(AdamW multiplies each weight by 1 - lr x weight_decay a step)")
     check(0 < cfg.gpu_memory_utilization < 1,
           f"--gpu_memory_utilization {cfg.gpu_memory_utilization}: must be in (0, 1)")
     check(cfg.vllm_sleep_level in (1, 2), f"--vllm_sleep_level {cfg.vllm_sleep_level}: expected 1 or 2")

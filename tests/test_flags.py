@@ -104,6 +104,18 @@ def test_bad_numeric_flag_is_refused_in_one_line(script, name, value, tmp_path, 
     assert re.search(rf"--{name}\b", err), err
 
 
+@pytest.mark.parametrize("name", sorted(__import__("fgrpo_utils.preflight").preflight.UPPER))
+def test_every_train_flag_past_its_upper_bound_is_refused_before_any_work(name, tmp_path, capsys):
+    """A huge --seed, --threads, --group_size, --lr or --prompts_per_step failed after set-up (an overflow in
+    the sampler, gloo out of resources, AdamW's overflow) or built lists until memory ran out: now each
+    numeric flag past the bound its use implies is one line naming it, before any work."""
+    from fgrpo_utils.preflight import UPPER
+    high = UPPER[name][0]
+    past = high + 1 if isinstance(high, int) else high * 2
+    code, err = refusal(train, safe_argv("train", tmp_path) + [f"--{name}", str(past)], capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1 and f"--{name} " in err and "at most" in err, err
+
+
 def test_the_table_walks_every_script():
     names = {(s, n) for s, n, _ in cases()}
     assert {("train", "warmup_steps"), ("evaluate", "max_problems"), ("maze", "show_seed"),
