@@ -3,7 +3,7 @@ Categorical simulation of F-GRPO (arXiv 2602.06717, Sec. 5.1 and App. J): Q_pos 
 the group size N, and the one-step theory behind it (Eq. 5, Hu et al. Eq. 17, Prop. 3.2, Lemma 3.1).
 
     python simulate.py                                  # full sweep (17 N x 2 gamma x 4 seeds x 1000 steps), ~2 min
-    python simulate.py --sensitivity true --out_dir out/sensitivity   # which claims hold under which optimizer, ~11 min
+    python bench/sim_sensitivity.py                     # which claims hold under which optimizer, ~11 min
     python simulate.py --num_actions 1000 --num_correct 100 --steps 5 --group_sizes 2 8 --out_dir out/sim_small
     python simulate.py --surrogate counts               # duplicates-counted reading (the paper is ambiguous)
     python simulate.py --adam_eps 1e-8                  # PyTorch's eps: C1 and C5 fail (RESULTS.md)
@@ -45,10 +45,10 @@ import torch
 from advantage import (WEIGHTINGS, delta_Q_pos, delta_Q_u_pos, focal_weight, group_advantages, success_rate,
                        tail_miss_argmax, tail_miss_probability, weighted_advantages)
 from fgrpo_utils.cli import check, check_choices, check_positive, parse_config, refuse
-from fgrpo_utils.outputs import (atomic_write_json, atomic_write_text, check_out_dir, code_hashes, mark_out_dir, remove_temp)
+from fgrpo_utils.outputs import atomic_write_json, check_out_dir, code_hashes, mark_out_dir, remove_temp
 
 OUTPUTS = ("results.json", "fig2.png", "fig3.png", "fig5.png", "sensitivity.json", "sensitivity.md",
-           "fig2_sensitivity_wd0.png", "fig2_sensitivity_wd0.01.png")      # all we write in --out_dir
+           "fig2_sensitivity_wd0.png", "fig2_sensitivity_wd0.01.png")      # all we (and bench/sim_sensitivity.py) write
 MAX_GROUP = 1 << 24                # the largest N: far past the paper's 131,072, and cheap to refuse
 
 @dataclass
@@ -76,7 +76,6 @@ class Config:
     workers: int = 0               # processes; 0 = one per CPU core
     out_dir: str = "out/simulate"  # results.json and the figures; holds only what we write, or is refused
     plot_only: bool = False        # redraw the figures from out_dir/results.json, simulate nothing
-    sensitivity: bool = False      # run the optimizer grid (SENSITIVITY) instead of the sweep
 
     @staticmethod
     def choices():
@@ -380,6 +379,7 @@ def softmax_change(p, dz):
     return p * (e - z1) / (1 + z1)
 
 ONE_STEP_DRAWS = 200     # batches per N in the default run's one-step check
+STUDY_NS = (2, 16, 256, 8192, 131_072)   # its N, and bench/sim_sensitivity.py's: the regimes I, II, III
 
 def one_step_check(cfg, group_sizes, draws, seed=0):
     """The first step from pi_0 at each N, mean over `draws` batches (gamma = 0, float64): one dict per N of Pr(B)
@@ -427,89 +427,6 @@ def one_step_table(rows, cfg):
         lines.append(f"| {r['N']} | {r['Pr_B']:.2g} | {r['Q_u_pos']:.3f} | " + " | ".join(
             f"{r[k]:+.2e}" for k in ("theory_dQ", "sim_dQ", "theory_dQu", "sim_dQu", "opt_dQ", "opt_dQu")) + " |")
     return "\n".join(lines)
-
-# -----------------------------------------------------------------------------
-# The optimizer sensitivity study: which of C1-C5 hold under which unstated constants
-SENSITIVITY = dict(
-    group_sizes=(2, 16, 256, 8192, 131_072), seeds=2,
-    adamw=[dict(optimizer="adamw", lr=lr, adam_eps=eps, weight_decay=wd)
-           for lr in (1e-2, 1e-3) for wd in (0.01, 0.0) for eps in (1e-6, 1e-8, 1e-10, 1e-12, 1e-14, 1e-30)],
-    # Extremes: Adam's normalisation with no memory, and none; no SGD lr fits all N (grads ~ 1/N): two bracket it.
-    others=[dict(optimizer="signsgd", lr=1e-2, adam_eps=1e-30, weight_decay=0.0),
-            dict(optimizer="sgd", lr=1e2, adam_eps=1e-8, weight_decay=0.0),
-            dict(optimizer="sgd", lr=1e5, adam_eps=1e-8, weight_decay=0.0)])
-
-def setting_label(st):
-    eps = "" if st["optimizer"] == "sgd" else f" eps {st['adam_eps']:g}"
-    return f"{st['optimizer']} lr {st['lr']:g}{eps} wd {st['weight_decay']:g}"
-
-def preference(st, held):
-    """Sort key (smaller first): most claims, nearest the paper (AdamW, lr 1e-2), then PyTorch (wd 0.01, eps 1e-8)."""
-    return (-held, st["optimizer"] != "adamw", st["lr"] != 1e-2, st["weight_decay"] != 0.01,
-            abs(math.log10(st["adam_eps"]) + 8))
-
-def sensitivity(cfg, settings, group_sizes, seeds):
-    """Every setting over group_sizes x cfg.gammas x seeds: a list of {setting, runs} (no trajectories)."""
-    workers = cfg.workers or os.cpu_count()
-    jobs = []
-    for st in settings:
-        c = dataclasses.replace(cfg, group_sizes=tuple(group_sizes), seeds=seeds, **st)
-        jobs += [(c, rows) for rows in deal(all_rows(c), workers)]
-    outputs = run_jobs(jobs, workers, desc="sensitivity")
-    results = []
-    for st in settings:
-        mine = [o for (c, _), o in zip(jobs, outputs) if all(getattr(c, k) == v for k, v in st.items())]
-        runs = [{k: v for k, v in r.items() if k not in ("Q_pos", "M_ret")} for r in collect(cfg, mine)]
-        results.append(dict(setting=st, runs=runs))
-    return results
-
-def plot_sensitivity(results, path, weight_decay, q0):
-    """Final M_ret and Q_pos against N, a colour per Adam eps, a row per lr: eps deciding the regimes."""
-    import matplotlib.pyplot as plt
-    adam = [r for r in results if r["setting"]["optimizer"] == "adamw" and r["setting"]["weight_decay"] == weight_decay]
-    lrs = sorted({r["setting"]["lr"] for r in adam}, reverse=True)
-    epss = sorted({r["setting"]["adam_eps"] for r in adam}, reverse=True)
-    fig, ax = plt.subplots(len(lrs), 2, figsize=(11, 3.8 * len(lrs)), squeeze=False)
-    for i, lr in enumerate(lrs):
-        for j, eps in enumerate(epss):
-            runs = next(r["runs"] for r in adam if r["setting"]["lr"] == lr and r["setting"]["adam_eps"] == eps)
-            Ns = sorted({r["N"] for r in runs})
-            for k, key in enumerate(("M_ret_final", "Q_pos_final")):
-                for gm, ls in ((0.0, "o-"), (1.0, "s--")):
-                    y = [np.mean([r[key] for r in runs if r["N"] == n and r["gamma"] == gm]) for n in Ns]
-                    ax[i, k].plot(Ns, y, ls, color=plt.cm.viridis(j / max(1, len(epss) - 1)), ms=4,
-                                  label=f"eps {eps:g}" if gm == 0 else None)
-        for k, name in enumerate(("M_ret", "Q_pos")):
-            ax[i, k].set(xscale="log", xlabel="group size N", ylabel=f"{name} at the last step", ylim=(0, 1.02),
-                         title=f"{name}, AdamW lr {lr:g}, wd {weight_decay:g} (γ=0 solid, γ=1 dashed)")
-        ax[i, 1].axhline(q0, color="0.5", lw=0.8, ls=":")                     # Q_pos at step 0
-    ax[0, 0].legend(fontsize=8)
-    save(fig, path)
-
-def run_sensitivity(cfg, out):
-    settings = SENSITIVITY["adamw"] + SENSITIVITY["others"]
-    path = out / "sensitivity.json"
-    if cfg.plot_only:
-        saved = json.loads(path.read_text())
-        results, q0 = saved["results"], saved["q_pos0"]
-    else:
-        t0 = time.perf_counter()
-        results = sensitivity(cfg, settings, SENSITIVITY["group_sizes"], SENSITIVITY["seeds"])
-        q0 = float(torch.softmax(initial_logits(cfg), 0)[: cfg.num_correct].sum())   # Q_pos of pi_0: C1's level
-        atomic_write_json(path, dict(config=dataclasses.asdict(cfg), wall_s=round(time.perf_counter() - t0, 1),
-                                     q_pos0=q0, results=results))
-        mark_out_dir(out, [path.name])
-    for r in results:                       # judged from the saved runs, so a new threshold needs no rerun
-        r["claims"] = judge_claims(r["runs"], q0)
-    results.sort(key=lambda r: preference(r["setting"], sum(ok for ok, _ in r["claims"].values())))
-    text = claims_table([(setting_label(r["setting"]), r["claims"]) for r in results])
-    atomic_write_text(out / "sensitivity.md", text + "\n")
-    mark_out_dir(out, ["sensitivity.md"])
-    print(text)
-    print(f"most claims, closest to the paper: {setting_label(results[0]['setting'])}")
-    for wd in (0.0, 0.01):
-        plot_sensitivity(results, out / f"fig2_sensitivity_wd{wd:g}.png", wd, q0)
-    print(f"wrote {out}/sensitivity.json, sensitivity.md, fig2_sensitivity_wd*.png")
 
 # -----------------------------------------------------------------------------
 # Figures
@@ -599,8 +516,6 @@ def table(res):
 def main(cfg):
     out = Path(cfg.out_dir)
     remove_temp(out, OUTPUTS)                    # what a killed run left under our temp names
-    if cfg.sensitivity:
-        return run_sensitivity(cfg, out)
     if cfg.plot_only:
         if not (out / "results.json").exists():
             refuse(f"--plot_only: no {out / 'results.json'}; run without --plot_only first")
@@ -617,7 +532,7 @@ def main(cfg):
         timing = {"wall_s": round(time.perf_counter() - t0, 2), **{f"{k}_cpu_s": round(v, 2) for k, v in timing.items()}}
         res = dict(config=dataclasses.asdict(cfg), code=code_hashes(), steps=steps, timing=timing, runs=runs)
         if cfg.surrogate == "distinct":                                       # Eq. 5 is the distinct reading
-            res["one_step"] = one_step_check(cfg, SENSITIVITY["group_sizes"], draws=ONE_STEP_DRAWS)
+            res["one_step"] = one_step_check(cfg, STUDY_NS, draws=ONE_STEP_DRAWS)
         atomic_write_json(out / "results.json", res)
         mark_out_dir(out, ["results.json"])
         print("timing: " + " | ".join(f"{k} {v}" for k, v in timing.items()))

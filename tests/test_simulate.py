@@ -293,6 +293,16 @@ def test_judge_claims_on_the_papers_picture_and_on_each_violation():
         assert {k for k, ok in got.items() if not ok} == failing, (failing, got)
 
 
+def sensitivity_study():
+    """bench/sim_sensitivity.py as a module."""
+    import importlib.util
+    from conftest import ROOT
+    spec = importlib.util.spec_from_file_location("sim_sensitivity", ROOT / "bench" / "sim_sensitivity.py")
+    study = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(study)
+    return study
+
+
 def test_claims_table_and_preference():
     claims = S.judge_claims(planted(), Q0)
     assert json.loads(json.dumps(claims)) == {k: list(v) for k, v in claims.items()}    # results.json takes it
@@ -300,9 +310,10 @@ def test_claims_table_and_preference():
     assert "| planted | 5/5 |" in text and text.count("✓") == 5
     a = dict(optimizer="adamw", lr=1e-2, adam_eps=1e-8, weight_decay=0.01)
     ranked = sorted([dict(a, adam_eps=1e-14), dict(a, optimizer="signsgd"), a, dict(a, lr=1e-3)],
-                    key=lambda st: S.preference(st, 4))
+                    key=lambda st: sensitivity_study().preference(st, 4))
     assert ranked[0] == a and ranked[1]["adam_eps"] == 1e-14
-    assert S.preference(dict(a, adam_eps=1e-30), 5) < S.preference(a, 4)    # more claims beats the defaults
+    preference = sensitivity_study().preference
+    assert preference(dict(a, adam_eps=1e-30), 5) < preference(a, 4)    # more claims beats the defaults
 
 
 def test_claims_on_a_small_policy_coverage_keeps_the_mass():
@@ -424,12 +435,12 @@ def test_main_reduced_run_and_plot_only(tmp_path):
 
 
 def test_sensitivity_keeps_each_settings_runs_apart():
-    """The study runs every setting in one pool; each setting must get back its own rows, equal to a
-    run of that setting alone."""
+    """bench/sim_sensitivity.py runs every setting in one pool; each setting must get back its own rows,
+    equal to a run of that setting alone."""
     cfg = small_cfg(steps=20, workers=1)
     settings = [dict(optimizer="adamw", lr=0.05, adam_eps=1e-8, weight_decay=0.0),
                 dict(optimizer="signsgd", lr=0.05, adam_eps=1e-30, weight_decay=0.0)]
-    results = S.sensitivity(cfg, settings, group_sizes=(2, 16), seeds=2)
+    results = sensitivity_study().sensitivity(cfg, settings, group_sizes=(2, 16), seeds=2)
     assert [r["setting"] for r in results] == settings
     for r in results:
         assert {(x["N"], x["seed"]) for x in r["runs"]} == {(n, s) for n in (2, 16) for s in (0, 1)}
