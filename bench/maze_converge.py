@@ -71,6 +71,9 @@ class Config:
               and self.max_steps % self.chunk == 0, "--chunk must be a multiple of --eval_every, and --min_steps "
               "and --max_steps multiples of --chunk (RULE is checked at evaluated steps)")
         check(Path(self.model, "sft.json").is_file(), f"--model {self.model}: no sft.json (run maze.py first)")
+        for flag in ("results", "out"):                    # folders: a file there failed after a chunk's training
+            check(not Path(getattr(self, flag)).exists() or Path(getattr(self, flag)).is_dir(),
+                  f"--{flag} {getattr(self, flag)}: a file, not a folder")
         stamp = Path(self.results, STAMP)                  # a block: one warm start and the arms trained from it
         if stamp.is_file():
             check(read_json(stamp, ["sha256"])["sha256"] == warm_start_id(self.model), f"--model {self.model} is "

@@ -149,7 +149,18 @@ def evaluation_of(path, c, metrics):
                f"evaluates a run with other {', '.join(differ)}" if differ else
                f"evaluates step {done.get('step')}, the run's last is {ran}")
         refuse(f"--evals {path}: {why}; it is not the final evaluation of {path.stem}'s run")
-    return res["benchmarks"]["maze"]
+    return maze_result(res, path)
+
+
+def maze_result(res, path):
+    """An evaluate.py result's maze entry, with what the tables read: refused in one line if it lacks a field
+    or has fewer than 64 samples a maze (pass@64 and the paired test's m = 64 need them)."""
+    b = (res.get("benchmarks") or {}).get("maze")
+    missing = [k for k in ("n", "rule", "c_strict", "c_walk") if not isinstance(b, dict) or k not in b]
+    if missing or b["n"] < 64:
+        why = f"no {', '.join(missing)}" if missing else f"{b['n']} samples a maze"
+        refuse(f"{path}: {why}; the tables need a maze result of evaluate.py with n >= 64")
+    return b
 
 
 def warm_start(block, model):
@@ -432,7 +443,7 @@ def across_blocks(cfg):
     rows, arms = [], set()
     for b in cfg.blocks.split(","):
         sub = dataclasses.replace(cfg, runs=str(Path(b, "runs", "*")), evals=str(Path(b, "evals")))
-        sft = evaluate.load_result(Path(b, "evals", "sft.json"))["benchmarks"]["maze"]
+        sft = maze_result(evaluate.load_result(Path(b, "evals", "sft.json")), Path(b, "evals", "sft.json"))
         by_seed = defaultdict(dict)
         for (N, arm), seeds in load_runs(sub).items():
             arms.add((N, arm))
@@ -499,11 +510,11 @@ def report(cfg):
             model = evaluate.load_result(f)["config"].get("model") if Path(f).is_file() else None   # cwds differ)
             if model is not None and {Path(model).name} != starts:
                 refuse(f"{f} evaluates {model}, the runs started from {', '.join(sorted(map(str, starts)))}")
-        b = evaluate.load_result(cfg.sft)["benchmarks"]["maze"]
+        b = maze_result(evaluate.load_result(cfg.sft), cfg.sft)
         sft = {"n": b["n"], "rule": b["rule"], "result": b,
                **{rule: {k: pass_at(b, rule, k) for k in (1, 64, b["n"])} for rule in ("strict", "walk")}}
         if Path(cfg.sft_again).is_file():
-            sft["again"] = evaluate.load_result(cfg.sft_again)["benchmarks"]["maze"]
+            sft["again"] = maze_result(evaluate.load_result(cfg.sft_again), cfg.sft_again)
     curves(runs, sft, cfg)
     if cfg.figure_n:
         against_n(runs, sft, cfg)

@@ -161,6 +161,9 @@ def check_out_dir(path, flag="--out_dir", known=()):
     """ValueError naming `flag` unless `path` is an output folder we may write: absent, or a writable folder
     of only our entries (`known`: the caller's fixed names). Configs call it in __post_init__, before work."""
     p = Path(path)
+    if p.is_symlink() and not p.exists():
+        raise ValueError(f"{flag} {p}: a symlink to nothing ({os.readlink(p)}); remove it or give the folder "
+                         "it should point at")
     check(not p.exists() or p.is_dir(), f"{flag} {p}: is a file, not a folder")
     foreign = foreign_entries(p, known) if p.is_dir() else []
     if foreign:

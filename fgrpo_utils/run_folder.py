@@ -82,6 +82,9 @@ def folder_problems(cfg, out, ckpt, meta):
     run's checkpoints without --resume; with it, another experiment's checkpoint or export, a damaged export."""
     problems, ckpt_root = [], out / "ckpt"
     exports = sorted(p for p in out.glob("*_*") if re.fullmatch(r"epoch_\d+|step_\d{6,}", p.name) and p.is_dir())
+    for name in (*LOGS, MARKER):                  # a folder where our file goes: every write there would fail
+        if (out / name).is_dir():
+            problems.append(f"--out_dir {out}: {name} is a folder, where train.py keeps a file; move it away")
     for name in LOGS if not cfg.resume else ():   # a fresh run rewrites them: only if a run of ours wrote them
         if (out / name).exists() and not is_ours(out / name, "train.py"):
             problems.append(f"--out_dir {out}: holds {name}, which no train.py run wrote there (no {MARKER} "

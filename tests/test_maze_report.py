@@ -413,3 +413,32 @@ def test_an_evaluation_is_paired_with_its_run_by_content(tmp_path, capsys):
     (evals / "sft.json").write_text(json.dumps(sft))
     assert "evaluates elsewhere/sft_b, the runs started from sft_a" in refused(
         dataclasses.replace(cfg, sft=str(evals / "sft.json")), capsys)
+
+
+@pytest.mark.parametrize("damage", ["no c_walk", "32 samples a maze"])
+def test_an_evaluation_without_what_the_tables_read_is_one_line(tmp_path, capsys, damage):
+    """An evaluation missing a field the tables read, or with n < 64 (pass@64, the paired test's m = 64):
+    a traceback before; now one line naming the file."""
+    plant(tmp_path, "N8_g0_s0", 8, 0.0, 0, 0.5, [0] * 20 + [64] * 20)
+    ev = tmp_path / "evals" / "N8_g0_s0.json"
+    res = json.loads(ev.read_text())
+    maze = res["benchmarks"]["maze"]
+    if damage == "no c_walk":
+        del maze["c_walk"]
+    else:
+        maze["n"] = 32
+    ev.write_text(json.dumps(res))
+    cfg = maze_report.Config(runs=str(tmp_path / "runs" / "N*"), evals=str(tmp_path / "evals"),
+                             sft=str(tmp_path / "absent.json"), figure=str(tmp_path / "f.png"),
+                             table=str(tmp_path / "t.md"), iters=100)
+    err = refused(cfg, capsys)
+    assert str(ev) in err and damage in err, err
+
+
+def test_maze_converge_refuses_a_results_file_before_training(tmp_path, monkeypatch):
+    import maze_converge
+    (tmp_path / "sft").mkdir()
+    (tmp_path / "sft" / "sft.json").write_text("{}")
+    (tmp_path / "results").write_text("a file")
+    with pytest.raises(ValueError, match="--results .*: a file, not a folder"):
+        maze_converge.Config(model=str(tmp_path / "sft"), results=str(tmp_path / "results"), out=str(tmp_path / "o"))

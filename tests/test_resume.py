@@ -120,6 +120,32 @@ def test_every_checkpoint_damaged_is_refused_and_nothing_changes(tiny_run, tmp_p
     assert after == before
 
 
+@pytest.mark.parametrize("name", ["metrics.jsonl", "run.json", ".fgrpo.json"])
+def test_a_folder_where_a_log_goes_is_one_line(tiny_run, tmp_path, name):
+    """metrics.jsonl, run.json or the marker replaced by a folder: the resume set everything up, then a
+    traceback; now one line naming it, and nothing written."""
+    flags, whole = tiny_run
+    run = tmp_path / "run"
+    shutil.copytree(whole, run)
+    (run / name).unlink()
+    (run / name).mkdir()
+    r = launch.run(flags + ["--steps", "5", "--out_dir", str(run), "--resume", "true"], cwd=ROOT, env=ENV,
+                   capture_output=True, text=True, timeout=900)
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr[-2000:]
+    assert r.stderr.startswith("error: --out_dir") and name in r.stderr
+    assert [p.name for p in (run / "ckpt").iterdir() if p.name.startswith("step_")] == \
+        [p.name for p in (whole / "ckpt").iterdir() if p.name.startswith("step_")]
+
+
+def test_an_out_dir_that_is_a_dangling_symlink_is_one_line(tiny_run, tmp_path):
+    flags, _ = tiny_run
+    (tmp_path / "out").symlink_to(tmp_path / "gone")
+    r = launch.run(flags + ["--steps", "1", "--out_dir", str(tmp_path / "out")], cwd=ROOT, env=ENV,
+                   capture_output=True, text=True, timeout=900)
+    assert r.returncode == 2 and r.stderr.strip().startswith("error: --out_dir") and "symlink to nothing" in r.stderr
+    assert not (tmp_path / "gone").exists()
+
+
 def test_resume_refuses_another_experiment(tiny_run, tmp_path):
     """--resume with another --gamma or --lr used to continue silently, one run with two settings.
     How it runs (--steps, --sample_every, ...) may change."""
