@@ -39,8 +39,8 @@ from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model
 from fgrpo_utils import distributed
 from fgrpo_utils.cli import check, refuse
 from fgrpo_utils.distributed import io_barrier
-from fgrpo_utils.outputs import (MARKER, atomic_dir, atomic_write_json, atomic_write_text, code_hashes, is_ours,
-                                 mark_out_dir, remove_temp, replace_dir)
+from fgrpo_utils.outputs import (MARKER, atomic_dir, atomic_write_json, atomic_write_text, code_hashes, fingerprint,
+                                 is_ours, mark_out_dir, remove_temp, replace_dir)
 
 # The module docstring's list; the exports epoch_E and step_NNNNNN are glob patterns (export_names).
 TRAIN_OUTPUTS = ("run.json", "metrics.jsonl", "ckpt", "final", "wandb", "epoch_[0-9]*", "step_[0-9]*", ".train.lock")
@@ -105,6 +105,8 @@ def folder_problems(cfg, out, ckpt, meta):
         problems.append(f"--out_dir {out}: 'final' is {what} that we did not write (outputs.is_ours), and the "
                         "run would end by replacing it; move it away or choose another --out_dir")
     changed = resume_conflicts(meta["config"], cfg) if meta else []
+    changed += [f"--{k} {getattr(cfg, k)} (its files changed since)" for k, v in (meta or {}).get("inputs", {}).items()
+                if v is not None and not changed and inputs(cfg).get(k) != v]   # same flag, other contents
     if changed:
         problems.append(conflict_message(ckpt, changed))
     for folder in exports if cfg.resume else []:     # kept, never written again: ours, and this experiment's
@@ -281,7 +283,7 @@ def save_checkpoint(model, opt, step, cfg, out_dir):
     crcs = shard_crcs(tmp)
     if dist.get_rank() == 0:
         with writing(tmp):
-            atomic_write_json(tmp / "meta.json", {"step": step, "config": asdict(cfg),
+            atomic_write_json(tmp / "meta.json", {"step": step, "config": asdict(cfg), "inputs": inputs(cfg),
                                                   "rng": torch.get_rng_state().tolist(), "crc32": crcs})
         # A damaged step_N that resume skipped is replaced, not an error; one holding a file of
         # someone else's is not (check_run refused it up front; this is the last line of defence).
@@ -446,6 +448,16 @@ def check_safetensors(path):
     except (OSError, ValueError, KeyError, TypeError, IndexError):
         raise ValueError(f"{path.name}: unreadable header") from None
     check(path.stat().st_size == 8 + n + end, f"{path.name}: {path.stat().st_size} bytes, its header says {8 + n + end}")
+
+def inputs(cfg):
+    """{flag: outputs.fingerprint} of the files the run reads (--model, also the KL reference; --tokenizer;
+    --data): a resume from a checkpoint is refused if they changed. Taken once per process, at the first call."""
+    key = tuple(getattr(cfg, k) for k in INPUTS)
+    if key not in FINGERPRINTS:
+        FINGERPRINTS[key] = {k: fingerprint(getattr(cfg, k)) if getattr(cfg, k) else None for k in INPUTS}
+    return FINGERPRINTS[key]
+
+INPUTS, FINGERPRINTS = ("model", "tokenizer", "data"), {}
 
 def conflict_message(folder, changed):
     return (f"--resume: {folder} was trained with other settings: {', '.join(changed)}; resume with the old "

@@ -146,6 +146,26 @@ def test_an_out_dir_that_is_a_dangling_symlink_is_one_line(tiny_run, tmp_path):
     assert not (tmp_path / "gone").exists()
 
 
+def test_a_resume_after_the_model_folder_changed_is_refused(tmp_path):
+    """The same --model string, other contents (the warm start regenerated between the kill and the resume):
+    the flags compare equal, so the resume went on from another model. The checkpoint records the inputs'
+    fingerprints (run_folder.inputs): refused in one line before any step."""
+    import maze
+    torch.manual_seed(0)
+    maze.save_sft(maze.build_model(), maze.build_tokenizer(), tmp_path / "policy", {"config": {"size": 7}})
+    flags = train_cmd("--model", str(tmp_path / "policy"), *TINY)
+    r = launch.run(flags + ["--steps", "1", "--out_dir", str(tmp_path / "run")], cwd=ROOT, env=ENV,
+                   capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stderr[-2000:]
+    torch.manual_seed(1)                                           # another warm start under the same name
+    maze.save_sft(maze.build_model(), maze.build_tokenizer(), tmp_path / "policy", {"config": {"size": 7}})
+    r = launch.run(flags + ["--steps", "2", "--out_dir", str(tmp_path / "run"), "--resume", "true"], cwd=ROOT,
+                   env=ENV, capture_output=True, text=True, timeout=900)
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr[-2000:]
+    assert "its files changed since" in r.stderr and "--model" in r.stderr
+    assert len(read_metrics(tmp_path / "run")) == 1
+
+
 def test_resume_refuses_another_experiment(tiny_run, tmp_path):
     """--resume with another --gamma or --lr used to continue silently, one run with two settings.
     How it runs (--steps, --sample_every, ...) may change."""
