@@ -127,7 +127,10 @@ def remove_killed_saves(out, ckpt_root):
     """Delete what killed runs left, by our temp names only: .step_N.tmp/.old checkpoints, atomic-write temps."""
     for p in ckpt_root.glob(".step_*"):
         if re.fullmatch(r"\.step_\d+\.(tmp|old)", p.name):
-            shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()
+            try:
+                shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()
+            except OSError as e:                        # never loaded (not a step_N name): it only takes space
+                print(f"warning: could not delete {p} ({e.strerror}); it stays", file=sys.stderr, flush=True)
     remove_temp(out, (), TRAIN_OUTPUTS)
 
 LOGS = ("run.json", "metrics.jsonl")     # rewritten by a fresh run: the marker must list them
@@ -294,8 +297,12 @@ def save_checkpoint(model, opt, step, cfg, out_dir):
         LOADABLE[str(final)] = True       # its CRCs were just read from the files on disk
         for old in superseded_checkpoints(ckpt_root, cfg.keep_checkpoints):
             gone = old.with_name(f".{old.name}.old")   # renamed first: a kill mid-delete leaves only a
-            old.rename(gone)                           # name remove_killed_saves deletes, never a cut step_N
-            shutil.rmtree(gone)
+            try:                                       # name remove_killed_saves deletes, never a cut step_N
+                old.rename(gone)
+                shutil.rmtree(gone)
+            except OSError as e:                       # retention saves space; the run goes on without it
+                print(f"warning: could not delete the old checkpoint {old.name} ({e.strerror}); it stays",
+                      file=sys.stderr, flush=True)
             LOADABLE.pop(str(old), None)
     io_barrier()
 

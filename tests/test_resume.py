@@ -401,3 +401,32 @@ runpy.run_path("train.py", run_name="__main__")
     resume(flags + ["--keep_checkpoints", "1"], run, 4)
     assert sorted(p.name for p in (run / "ckpt").iterdir()) == ["step_000004"]
     assert_same_metrics(read_metrics(run), read_metrics(whole))
+
+
+def test_retention_that_cannot_delete_warns_and_the_run_and_its_resumes_go_on(tiny_run, tmp_path):
+    """A checkpoint retention cannot delete (permissions: rmtree raises here, as root ignores chmod) was a
+    traceback, and every later resume died the same way on the leftover. Now a warning, the run finishes,
+    and a resume warns about the leftover and goes on."""
+    flags, whole = tiny_run
+    run = tmp_path / "run"
+    shutil.copytree(whole, run)
+    deny = '''
+import errno, os, re, shutil
+from fgrpo_utils import run_folder
+real = shutil.rmtree
+def rmtree(p, *a, **k):
+    if re.fullmatch(r"\\.?step_00000[123](\\.old)?", os.path.basename(str(p))):
+        raise PermissionError(errno.EACCES, "Permission denied", str(p))
+    return real(p, *a, **k)
+run_folder.shutil.rmtree = rmtree
+import runpy, sys
+sys.argv = sys.argv[1:]
+runpy.run_path("train.py", run_name="__main__")
+'''
+    for steps in (5, 6):
+        r = launch.run([PY, "-c", deny, *flags[1:], "--keep_checkpoints", "1", "--steps", str(steps),
+                        "--out_dir", str(run), "--resume", "true"], cwd=ROOT, env=ENV, capture_output=True,
+                       text=True, timeout=900)
+        assert r.returncode == 0, r.stderr[-3000:]
+        assert "warning: could not delete" in r.stderr and "Permission denied" in r.stderr, r.stderr[-2000:]
+    assert [m["step"] for m in read_metrics(run)] == [1, 2, 3, 4, 5, 6]
