@@ -192,8 +192,8 @@ def main(cfg):
     task = entry.make(cfg, tokenizer, model.config.model_type)
     start = resume_from(model, opt, ckpt, meta) if ckpt is not None else 0
     sync_weights(model, engine)                    # the engine samples from exactly these weights
-    logger = start_logging(cfg, out, task, world, start)
     try:
+        logger = start_logging(cfg, out, task, world, start)
         train_loop(cfg, start, task, model, ref_model, engine, opt, logger, tokenizer, out, pad, device, rank, world)
         # 8) export, then free all that holds the process group (FSDP's device mesh) before destroying it:
         # freed at interpreter exit, it can abort a gloo rank ("terminate called without an active exception").

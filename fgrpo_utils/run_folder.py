@@ -164,10 +164,14 @@ def lock_out_dir(out):
         f.close()
         return [f"--out_dir {out} is in use by another train.py run ({holder}); wait for it to end or choose "
                 "another --out_dir"]
-    f.seek(0)
-    f.truncate()
-    f.write(f"pid {os.getpid()} on {socket.gethostname()}\n")
-    f.flush()
+    try:
+        f.seek(0)
+        f.truncate()
+        f.write(f"pid {os.getpid()} on {socket.gethostname()}\n")
+        f.flush()
+    except OSError as e:                          # a full disk: the pid line, the first byte we write
+        f.close()
+        return [f"--out_dir {out}: cannot write {LOCK} ({disk_trouble(path, e) or e.strerror})"]
     _lock = f
     return []
 
@@ -186,11 +190,12 @@ def start_logging(cfg, out, task, world, start):
         return None
     if start:
         print(f"resumed from step {start}", flush=True)
-    mark_out_dir(out, LOGS)               # so a later fresh run knows these two are ours (check_run)
-    atomic_write_json(out / "run.json", {"config": asdict(cfg), "git": git_sha(), "code": code_hashes(),
-                                         "world": world, "torch": torch.__version__, "argv": sys.argv,
-                                         "num_prompts": task.num_prompts})
-    keep_metrics_until(out / "metrics.jsonl", start)
+    with writing(out / "run.json"):
+        mark_out_dir(out, LOGS)           # so a later fresh run knows these two are ours (check_run)
+        atomic_write_json(out / "run.json", {"config": asdict(cfg), "git": git_sha(), "code": code_hashes(),
+                                             "world": world, "torch": torch.__version__, "argv": sys.argv,
+                                             "num_prompts": task.num_prompts})
+        keep_metrics_until(out / "metrics.jsonl", start)
     return make_logger(cfg, out)
 
 def keep_metrics_until(path, step):
@@ -238,7 +243,7 @@ def writing(path):
     an error that is not the disk's passes unchanged."""
     try:
         yield
-    except (OSError, RuntimeError, CheckpointException) as e:
+    except (Exception, CheckpointException) as e:   # safetensors' own error on a full disk is no OSError
         why = disk_trouble(path, e)
         if why is None:
             raise

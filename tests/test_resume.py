@@ -348,6 +348,24 @@ def full(path, write):
     outputs.atomic_dir(path, lambda tmp: (write(tmp), (_ for _ in ()).throw(
         OSError(errno.ENOSPC, "No space left on device", str(tmp / "model.safetensors")))))
 run_folder.atomic_dir = full''',
+    # safetensors' own error at a full disk (no OSError), the disk then full
+    "a full disk in safetensors at the final export": '''
+import shutil
+import safetensors.torch
+from transformers import modeling_utils
+def full(*a, **k):
+    shutil.disk_usage = lambda p: shutil._ntuple_diskusage(1 << 30, 1 << 30, 0)
+    raise safetensors.SafetensorError("Error while serializing: IoError(No space left on device (os error 28))")
+modeling_utils.safe_save_file = full''',
+    "a full disk writing run.json at start-up": '''
+import errno
+from fgrpo_utils import run_folder
+real = run_folder.atomic_write_json
+def full(path, obj):
+    if str(path).endswith("run.json"):
+        raise OSError(errno.ENOSPC, "No space left on device", str(path))
+    return real(path, obj)
+run_folder.atomic_write_json = full''',
 }
 
 
@@ -365,7 +383,9 @@ def test_disk_trouble_mid_run_is_one_line_and_loses_nothing(tiny_run, tmp_path, 
     assert r.returncode == 1 and len(err) == 1, r.stderr[-3000:]
     where, why = {"a full disk during checkpoint 2": ("ckpt/.step_000002.tmp", "no space left on the device"),
                   "a read-only out_dir at step 3's log line": ("metrics.jsonl", "Read-only file system"),
-                  "a full disk during the final export": ("model.safetensors", "No space left on device")}[fault]
+                  "a full disk during the final export": ("model.safetensors", "No space left on device"),
+                  "a full disk in safetensors at the final export": ("final", "no space left on the device"),
+                  "a full disk writing run.json at start-up": ("run.json", "No space left on device")}[fault]
     assert err[0].startswith(f"error: {run}/") and where in err[0] and why in err[0], err
     resume(flags, run, 4)
     assert_same_metrics(read_metrics(run), read_metrics(whole))
