@@ -331,13 +331,30 @@ def pick(out, path):
 
 
 RANK_TIMEOUT = 30         # seconds a check on several ranks may take: a rank left waiting in a collective fails
+RANK_TRIES = 4            # what the OS refuses on a loaded machine (a process, a thread, a socket) is tried again
+GRADER_FAILURE = "GraderFailure"   # an error of the grader's, never charged to the hand-in (grade.py: no total)
 
 
 def run_ranks(modules, check, record):
     """A check on check["ranks"] real ranks, a process each (gloo over a file store): each rank takes
     its share check["shares"][r] of the per-sequence arguments (positions check["per_sequence"]), the
     model argument sharded with FSDP2 as train.py shards it. Returns rank 0's result, with the model's
-    whole gradient, and (record) the stand-ins' tables of every rank."""
+    whole gradient, and (record) the stand-ins' tables of every rank. What the OS refuses (a loaded machine:
+    EAGAIN from fork, gloo's "Resource temporarily unavailable", a rank dying before a result) is tried
+    RANK_TRIES times, a little later each time; then the result is a GRADER_FAILURE error."""
+    import time
+    for attempt in range(RANK_TRIES):
+        try:
+            result, tables = ranks_once(modules, check, record)
+        except (OSError, RuntimeError) as e:
+            result, tables = {"error": f"{GRADER_FAILURE}: starting {check['ranks']} ranks: {e}"}, {}
+        if not str(result.get("error", "")).startswith(GRADER_FAILURE):
+            break
+        time.sleep(2 ** attempt)
+    return result, tables
+
+
+def ranks_once(modules, check, record):
     import multiprocessing
     import tempfile
     import time
@@ -357,12 +374,16 @@ def run_ranks(modules, check, record):
     while len(got) < n and time.monotonic() < end and not any(p.exitcode not in (None, 0) for p in procs):
         try:
             r, payload = q.get(timeout=0.5)
-            got[r] = torch.load(io.BytesIO(payload), weights_only=True)
+            got[r] = payload if isinstance(payload, str) else torch.load(io.BytesIO(payload), weights_only=True)
         except Empty:
             pass
+    died = [r for r, p in enumerate(procs) if p.exitcode not in (None, 0) and r not in got]
     for p in procs:
         p.kill()
         p.join()
+    refused = [v for v in got.values() if isinstance(v, str)] + [f"rank {r} ended with no result" for r in died]
+    if refused:                                 # before or around the hand-in's code: the machine's doing
+        return {"error": f"{GRADER_FAILURE}: {refused[0]}"}, {}
     if len(got) < n:
         return {"error": f"RanksDidNotFinish: {n - len(got)} of {n} ranks gave no result within {RANK_TIMEOUT} s "
                          "(a rank left waiting in a collective the others never join?)"}, {}
@@ -377,8 +398,12 @@ def run_ranks(modules, check, record):
 def rank_main(rank, check, sources, record, store, q):
     from datetime import timedelta
     n = check["ranks"]
-    torch.distributed.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=n,
-                                         timeout=timedelta(seconds=RANK_TIMEOUT))
+    try:
+        torch.distributed.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=n,
+                                             timeout=timedelta(seconds=RANK_TIMEOUT))
+    except (OSError, RuntimeError) as e:        # no hand-in code has run: the OS refused (EAGAIN, a socket)
+        q.put((rank, f"rank {rank} could not join the process group: {str(e)[:200]}"))
+        return
     modules = {}
     for name, src in sources.items():               # a module given as source (a test's wrong version) or on disk
         if src is None:

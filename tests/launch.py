@@ -142,19 +142,35 @@ def child(req, std):
 
 class Zygote:
     def __init__(self, env, hash_seed):
+        self.env, self.hash_seed, self.lock = env, hash_seed, threading.Lock()
+        self.start()
+
+    def start(self):
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)     # a request is one message
         self.proc = subprocess.Popen([sys.executable, __file__, str(theirs.fileno())], pass_fds=[theirs.fileno()],
-                                     env={**env, "PYTHONHASHSEED": str(hash_seed)}, cwd=ROOT,
+                                     env={**self.env, "PYTHONHASHSEED": str(self.hash_seed)}, cwd=ROOT,
                                      stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
         theirs.close()
-        self.control, self.lock, self.ready = mine, threading.Lock(), False
+        self.control, self.ready = mine, False
 
     def send(self, req, fds):
+        """Hand the request to the zygote; one that died (killed with a test's process group, out of memory)
+        is started again once, instead of every later launch on it raising BrokenPipeError."""
         with self.lock:
-            if not self.ready:
-                self.ready = self.control.recv(1) == b"R"
-                assert self.ready, "the zygote did not start"
-            socket.send_fds(self.control, [json.dumps(req).encode()], fds)
+            for attempt in (0, 1):
+                try:
+                    if not self.ready:
+                        self.ready = self.control.recv(1) == b"R"
+                        if not self.ready:
+                            raise ConnectionError("the zygote did not start")
+                    socket.send_fds(self.control, [json.dumps(req).encode()], fds)
+                    return
+                except OSError:
+                    if attempt:
+                        raise
+                    self.proc.kill()
+                    self.control.close()
+                    self.start()
 
 
 _zygotes, _turn, _start = {}, itertools.count(), threading.Lock()
@@ -279,9 +295,13 @@ class Launched:
         return out.get("stdout"), out.get("stderr")
 
 
+MAX_REQUEST = 1 << 17      # bytes of one request (its environment): past a socket's message size, a plain subprocess
+
+
 def popen(cmd, cwd=None, env=None, stdin=None, stdout=None, stderr=None, text=False):
     """subprocess.Popen(cmd, ...), forked from a zygote where it can be."""
-    if forkable(cmd) is None or stdin not in (None, subprocess.DEVNULL):
+    if (forkable(cmd) is None or stdin not in (None, subprocess.DEVNULL)
+            or len(json.dumps(dict(os.environ if env is None else env))) > MAX_REQUEST):
         return subprocess.Popen(cmd, cwd=cwd, env=env, stdin=stdin, stdout=stdout, stderr=stderr, text=text)
     return Launched(cmd, cwd, env, stdout, stderr, text)
 

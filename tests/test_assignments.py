@@ -25,6 +25,7 @@ import time
 import types
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -543,6 +544,46 @@ def test_student_copy_scores_zero_and_reference_full(student, tmp_path):
     assert report["total"] == [0, FULL]
     assert all(p["passed"] == 0 and p["checks"] > 0 for p in report["problems"].values()), report["problems"]
     assert grade_dir(ROOT, tmp_path)["total"] == [FULL, FULL]
+
+
+@pytest.mark.slow
+def test_the_reference_grades_full_marks_beside_two_busy_loops(tmp_path):
+    """A loaded machine (two CPU burners beside the grader on a 2-core machine) must not cost a hand-in a
+    point, nor the grader its total: the suite once failed here on gloo's "Resource temporarily unavailable"
+    in the 2-rank check."""
+    burners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
+    try:
+        assert grade_dir(ROOT, tmp_path)["total"] == [FULL, FULL]
+    finally:
+        for b in burners:
+            b.kill()
+            b.wait()
+
+
+def test_ranks_the_os_refuses_are_tried_again_then_the_graders_failure(monkeypatch):
+    """harness.run_ranks: an OSError from the OS (EAGAIN: no process or thread for a rank) is tried again,
+    a little later; once RANK_TRIES are spent the result is a GRADER_FAILURE error, which grade.py turns into
+    "could not run" with exit 3 and no total, never a point lost."""
+    import errno
+    tries = []
+
+    def flaky(modules, check, record):
+        tries.append(1)
+        if len(tries) < 3:
+            raise OSError(errno.EAGAIN, "Resource temporarily unavailable")
+        return {"out": 1}, {}
+    monkeypatch.setattr(harness, "ranks_once", flaky)
+    monkeypatch.setattr("time.sleep", lambda s: None)                   # run_ranks waits 1, 2, 4 s between tries
+    assert harness.run_ranks({}, {"ranks": 2}, False) == ({"out": 1}, {}) and len(tries) == 3
+    tries.clear()
+    monkeypatch.setattr(harness, "ranks_once", lambda *a: (_ for _ in ()).throw(OSError(errno.EAGAIN, "EAGAIN")))
+    result, _ = harness.run_ranks({}, {"ranks": 2}, False)
+    assert result["error"].startswith(harness.GRADER_FAILURE)
+
+    failing = {pid: [{"error": f"{harness.GRADER_FAILURE}: rank 1 ended with no result"}] for pid, *_ in PROBLEMS}
+    monkeypatch.setattr(grade, "run_child", lambda *a: (failing, {}))
+    with pytest.raises(grade.GraderFailure):
+        grade.grade_problems(ROOT, SimpleNamespace(seed=5), None)
 
 
 ATTACKS = {

@@ -1,5 +1,6 @@
 """tests/launch.py: a launch forked from the zygote behaves as `python SCRIPT` would, in what the tests read.
 `python -m pytest -q tests/test_launch.py`"""
+import os
 import signal
 import subprocess
 import sys
@@ -74,3 +75,21 @@ def test_an_environment_read_at_import_gets_its_own_zygote():
     assert r.returncode == 0 and r.stdout.strip() == "2", r.stderr
     assert launch.import_time_env(env) != launch.import_time_env(ENV)
     assert launch.import_time_env({**ENV, "PATH": "/nowhere", "PYTHONUNBUFFERED": "0"}) == launch.import_time_env(ENV)
+
+
+def test_a_dead_zygote_is_started_again_and_a_huge_environment_falls_back():
+    """Once one of the two zygotes died, every second launch raised BrokenPipeError for the rest of the test
+    run; an environment past a socket's message size raised OSError. Now the zygote is started again, and
+    such an environment launches as a plain subprocess."""
+    env = {**os.environ, "FGRPO_LAUNCH_TEST": "1"}
+    for z in launch.zygote_for(env), launch.zygote_for(env):
+        launch.run([sys.executable, "-c", "pass"], env=env, check=True)          # both started
+        z.proc.kill()
+        z.proc.wait()
+    for _ in range(4):                                                            # each zygote's turn, twice
+        r = launch.run([sys.executable, "-c", "print('ok')"], env=env, capture_output=True, text=True)
+        assert r.returncode == 0 and r.stdout == "ok\n", r
+    big = {**env, **{f"FGRPO_BIG{i}": "x" * 40_000 for i in range(4)}}        # 160 KB; exec takes 128 KiB a variable
+    r = launch.run([sys.executable, "-c", "import os; print(sum(len(v) for k, v in os.environ.items() "
+                    "if k.startswith('FGRPO_BIG')))"], env=big, capture_output=True, text=True)
+    assert r.returncode == 0 and r.stdout.strip() == "160000", r
