@@ -190,6 +190,7 @@ def main(cfg):
     print0(describe(cfg, world, device))
     model, ref_model, engine, opt = build(cfg, tokenizer, pad, device)
     task = entry.make(cfg, tokenizer, model.config.model_type)
+    preflight.check_engine_fits(cfg, engine, task.max_new_tokens, pad)
     start = resume_from(model, opt, ckpt, meta) if ckpt is not None else 0
     sync_weights(model, engine)                    # the engine samples from exactly these weights
     try:

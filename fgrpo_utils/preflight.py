@@ -156,6 +156,17 @@ def check_environment(cfg, entry):
     except ValueError as e:
         refuse(e)
 
+def check_engine_fits(cfg, engine, max_new_tokens, pad_id):
+    """TorchEngine's --kv_cache_gb must hold one group (N rows of a one-token prompt and max_new_tokens):
+    else one line naming the flag, before any step (the engine's own error came at the first rollout)."""
+    try:
+        if hasattr(engine, "plan_chunks"):
+            engine.plan_chunks([[pad_id]], cfg.group_size, max_new_tokens)
+    except ValueError as e:
+        import torch.distributed as dist
+        dist.destroy_process_group()
+        refuse(f"--kv_cache_gb {cfg.kv_cache_gb}: too small for one group of N = {cfg.group_size} rollouts ({e})")
+
 def check_engine_flags(cfg, device):
     """Engine flags act on one engine only: elsewhere refused, never recorded in run.json as if they
     acted (nor planned for by --plan true, whose device is CUDA unless --device cpu)."""

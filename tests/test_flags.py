@@ -336,3 +336,16 @@ def test_varlen_attention_where_its_kernel_is_missing_is_refused_in_one_line(cas
     assert err.startswith("error: --attention varlen: "), err
     assert ("needs CUDA" if case == "cpu" else "no torch.nn.attention.varlen") in err
     assert not (tmp_path / "run").exists()
+
+
+def test_a_kv_budget_too_small_for_one_group_is_one_line(tmp_path):
+    """--kv_cache_gb too small for one group: the engine's ValueError came at the first rollout, not naming the
+    flag; now one line naming it, before any step (preflight.check_engine_fits)."""
+    import subprocess
+    r = subprocess.run([sys.executable, "train.py", "--task", "reverse", "--model", "tiny", "--device", "cpu",
+                        "--prompts_per_step", "4", "--mini_batch_prompts", "4", "--group_size", "2", "--steps", "1",
+                        "--kv_cache_gb", "1e-9", "--threads", "1", "--out_dir", str(tmp_path / "run")],
+                       cwd=Path(__file__).resolve().parents[1], capture_output=True, text=True, timeout=300)
+    err = [line for line in r.stderr.splitlines() if line.strip()]
+    assert r.returncode == 2 and len(err) == 1 and err[0].startswith("error: --kv_cache_gb 1e-09: too small"), r.stderr
+    assert not (tmp_path / "run" / "metrics.jsonl").exists()
