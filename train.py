@@ -202,6 +202,9 @@ def main(cfg):
     except (NonFinite, DiskTrouble) as e:    # before any checkpoint or export of this step; a save cut
         print(f"error: {e}", file=sys.stderr, flush=True)     # short leaves only temp names, and resume
         sys.exit(1)                                          # takes the last whole checkpoint
+    except KeyboardInterrupt:                # Ctrl-C: one line, not a traceback per rank
+        print0(f"interrupted: the newest whole checkpoint in {out / 'ckpt'} stays; --resume true goes on from it")
+        sys.exit(130)
     dist.barrier()
     engine.close()          # vLLM destroys the process groups it joined, the default one included
     del model, opt, ref_model, engine

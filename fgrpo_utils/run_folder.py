@@ -73,6 +73,9 @@ def check_run(cfg, out, problems=()):
         if skipped:
             print(f"warning: skipped damaged checkpoint(s) {', '.join(skipped)}; resuming from "
                   f"{ckpt.name if ckpt else 'step 0'}", file=sys.stderr, flush=True)
+        elif cfg.resume and ckpt is None:
+            print(f"warning: --resume true: no checkpoint in {out / 'ckpt'}; starting at step 0", file=sys.stderr,
+                  flush=True)
         remove_killed_saves(out, out / "ckpt")
     io_barrier()
     return ckpt, meta
@@ -202,11 +205,16 @@ def keep_metrics_until(path, step):
     """On resume, drop logged steps after the checkpoint: they are about to be redone."""
     if not path.exists():
         return
-    keep = []
-    for line in path.read_text().splitlines():
-        with contextlib.suppress(json.JSONDecodeError, KeyError):      # a line cut short by a kill
+    keep, lines = [], path.read_text().splitlines()
+    for line in lines:
+        with contextlib.suppress(json.JSONDecodeError, KeyError, TypeError):      # a line cut short by a kill
             if json.loads(line)["step"] <= step:
                 keep.append(line)
+    bad = [i for i, line in enumerate(lines[:-1], 1) if line.strip() and line not in keep and not
+           re.match(r'\{"step": \d+', line)]                    # not a later step: damaged, not only cut
+    if bad:
+        print(f"warning: {path}: dropped {len(bad)} line(s) that are no log row (line {bad[0]} first)",
+              file=sys.stderr, flush=True)
     atomic_write_text(path, "".join(l + "\n" for l in keep))
 
 def make_logger(cfg, out):
@@ -244,15 +252,17 @@ def writing(path):
     try:
         yield
     except (Exception, CheckpointException) as e:   # safetensors' own error on a full disk is no OSError
+        if any(isinstance(x, KeyboardInterrupt) for x in causes(e)):
+            raise KeyboardInterrupt from None           # Ctrl-C inside DCP's save, which wraps it
         why = disk_trouble(path, e)
         if why is None:
             raise
         raise DiskTrouble(f"{why}; fix that, then rerun with --resume true (the checkpoints before are whole)") from None
 
-def disk_trouble(path, e):
-    """The line for error `e` while writing under `path`, or None when the disk is not to blame."""
+def causes(e):
+    """The error, its causes, and DCP's per-rank failures."""
     seen, todo = [], [e]
-    while todo:                  # the error, its causes, and DCP's per-rank failures
+    while todo:
         x = todo.pop()
         if isinstance(x, tuple):           # DCP's (exception, traceback) of a rank
             todo += list(x)
@@ -260,7 +270,11 @@ def disk_trouble(path, e):
             continue
         seen.append(x)
         todo += [x.__cause__, x.__context__, *(x.failures.values() if isinstance(x, CheckpointException) else ())]
-    err = next((x for x in seen if isinstance(x, OSError) and x.strerror), None)
+    return seen
+
+def disk_trouble(path, e):
+    """The line for error `e` while writing under `path`, or None when the disk is not to blame."""
+    err = next((x for x in causes(e) if isinstance(x, OSError) and x.strerror), None)
     if err is not None:
         return f"{err.filename or path}: {err.strerror}"
     where = Path(path)

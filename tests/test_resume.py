@@ -450,3 +450,32 @@ runpy.run_path("train.py", run_name="__main__")
         assert r.returncode == 0, r.stderr[-3000:]
         assert "warning: could not delete" in r.stderr and "Permission denied" in r.stderr, r.stderr[-2000:]
     assert [m["step"] for m in read_metrics(run)] == [1, 2, 3, 4, 5, 6]
+
+
+def test_ctrl_c_is_one_line_and_damaged_log_rows_are_named(tiny_run, tmp_path):
+    """Ctrl-C mid-run (even inside a checkpoint's save) printed tracebacks, up to 93 lines; now one line saying
+    the newest checkpoint stays and how to go on, exit 130. A resume that drops log rows that are no rows (not
+    a kill's cut last line) says so."""
+    import signal
+    import subprocess
+    import time
+    flags, whole = tiny_run
+    run = tmp_path / "run"
+    p = subprocess.Popen(flags + ["--steps", "40", "--out_dir", str(run)], cwd=ROOT, env=ENV, text=True,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 300
+    while not ((run / "metrics.jsonl").is_file() and (run / "metrics.jsonl").read_text().count("\n") >= 2):
+        assert p.poll() is None and time.monotonic() < deadline, p.communicate()
+        time.sleep(0.2)
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=120)
+    assert p.returncode == 130 and "Traceback" not in err and "interrupted: the newest whole checkpoint" in out, err
+    from fgrpo_utils import run_folder
+    (run / "metrics.jsonl").write_text('{"step": 1, "reward/mean": 0}\ngarbage\n{"step": 2, "rew')
+    import contextlib
+    import io
+    with contextlib.redirect_stderr(io.StringIO()) as buf:
+        run_folder.keep_metrics_until(run / "metrics.jsonl", 1)
+    warned = buf.getvalue()
+    assert "dropped 1 line(s) that are no log row (line 2 first)" in warned, warned
+    assert (run / "metrics.jsonl").read_text() == '{"step": 1, "reward/mean": 0}\n'
