@@ -297,10 +297,9 @@ def kl_k3(logp, ref_logp):
 TIS_LEVELS = ("token", "sequence")                   # train.py --tis_level
 
 def tis_weights(old_logp, engine_logp, mask, cap, level="token"):
-    """Truncated importance sampling (not in the paper; verl's rollout correction): the engine sampled from
-    pi_engine, the loss assumes pi_old, so a token's loss is weighted by w = min(pi_old / pi_engine, cap), or
-    (sequence level) each token of a row by min(prod_t pi_old / pi_engine, cap). (B, T) inputs -> (w, capped):
-    w 0 off the mask; capped where the ratio exceeded the cap. w >= 0 commutes with the clip: use A_t = w_t A."""
+    """Truncated importance sampling (not in the paper; verl's rollout correction): a token's loss weighted by
+    w = min(pi_old / pi_engine, cap), or (sequence level) each of a row's by min(prod_t pi_old / pi_engine, cap).
+    (B, T) inputs -> (w, 0 off the mask; capped, where the ratio passed the cap). w >= 0: use A_t = w_t A."""
     mask = mask.to(old_logp.dtype)
     d = (old_logp - engine_logp).clamp(-20.0, 20.0) * mask                          # (B, T) log-ratios
     if level == "sequence":

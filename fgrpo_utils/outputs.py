@@ -63,21 +63,18 @@ def file_sha256(path):
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 def fingerprint(path, edge=16 << 20):
-    """What a file, or a folder's files (one level), holds, cheaply: each file's name, size and the sha256 of its
-    first and last `edge` bytes (all of it if shorter). None for what is not on disk (a hub id, "tiny")."""
-    p = Path(path)
+    """A file's, or a folder's files' (one level), names, sizes, first and last `edge` bytes, hashed: what they
+    hold, cheaply. None for what is not on disk (a hub id, "tiny")."""
+    p, h = Path(path), hashlib.sha256()
     files = sorted(f for f in p.iterdir() if f.is_file()) if p.is_dir() else [p] if p.is_file() else []
-    if not files:
-        return None
-    h = hashlib.sha256()
     for f in files:
-        size = f.stat().st_size
-        h.update(f"{f.name}:{size}:".encode())
         with open(f, "rb") as fh:
-            h.update(fh.read(edge))
+            size = fh.seek(0, os.SEEK_END)
+            fh.seek(0)
+            h.update(f"{f.name}:{size}:".encode() + fh.read(edge))
             fh.seek(max(edge, size - edge))
             h.update(fh.read())
-    return h.hexdigest()
+    return h.hexdigest() if files else None
 
 def code_hashes():
     """{repo path: sha256} of the program files this process imported (top-level scripts, fgrpo_utils/):

@@ -9,6 +9,8 @@ import importlib.util
 import math
 from pathlib import Path
 
+import torch.distributed as dist
+
 from fgrpo_utils.cli import check, check_choices, check_device, check_min, check_positive, check_pretrained, refuse
 from fgrpo_utils.distributed import device_type
 from fgrpo_utils.memory_plan import engine_kind
@@ -21,18 +23,14 @@ UPPER = {"seed": (2**32 - 1, "a 32-bit seed, as numpy's and the engines' take"),
          "group_size": (4096, "N rollouts of one prompt sample as one engine batch; the paper's largest is 32"),
          "prompts_per_step": (1 << 20, "the step's prompt list is built before sampling"),
          "lr": (1.0, "AdamW moves each weight by about lr a step; the paper's is 1e-6"),
-         "steps": (10**8, "a step count"), "warmup_steps": (10**8, "a step count"), "save_every": (10**8, "a step count"),
-         "eval_every": (10**8, "a step count"), "sample_every": (10**8, "a step count"), "export_every": (10**8, "a step count"),
-         "keep_checkpoints": (10**4, "checkpoints kept on disk"), "nproc": (1 << 16, "a world size"),
-         "max_prompt_len": (1 << 20, "tokens"), "max_response_len": (1 << 20, "tokens"),
-         "micro_batch_size": (1 << 16, "sequences in one forward"), "micro_batch_tokens": (1 << 26, "tokens in one forward"),
          "gamma": (100.0, "(1 - mu_hat)^gamma is 0 to float precision for every mixed group long before"),
-         "kl_coef": (1e4, "a loss coefficient"), "entropy_coef": (1e4, "a loss coefficient"),
-         "weight_decay": (1e4, "AdamW's decoupled decay, lr x weight_decay < 1 below"),
-         "temperature": (1e3, "a sampling temperature"), "top_k": (1 << 24, "a vocabulary's size"),
-         "grad_clip": (1e12, "a gradient norm"), "eval_mazes": (1 << 16, "held-out mazes"),
-         "eval_samples": (1 << 16, "samples per held-out maze"), "kv_cache_gb": (1 << 16, "GiB of memory"),
-         "gpu_memory_gb": (1 << 16, "GiB of device memory"), "maze_size": (99, "a maze's side")}
+         **dict.fromkeys(("steps", "warmup_steps", "save_every", "eval_every", "sample_every", "export_every",
+                          "keep_checkpoints"), (10**8, "a count of steps")),
+         **dict.fromkeys(("max_prompt_len", "max_response_len", "micro_batch_size", "micro_batch_tokens", "top_k",
+                          "nproc", "maze_size"), (1 << 24, "a count of tokens or items")),
+         **dict.fromkeys(("eval_mazes", "eval_samples"), (1 << 16, "held-out mazes, samples a maze")),
+         **dict.fromkeys(("kl_coef", "entropy_coef", "weight_decay", "temperature", "grad_clip", "kv_cache_gb",
+                          "gpu_memory_gb"), (1e6, "a coefficient, a norm or GiB"))}
 
 def check_config(cfg, tasks):
     """Config.__post_init__: ValueError('--flag ...') for the first flag out of range, set for another
@@ -157,13 +155,11 @@ def check_environment(cfg, entry):
         refuse(e)
 
 def check_engine_fits(cfg, engine, max_new_tokens, pad_id):
-    """TorchEngine's --kv_cache_gb must hold one group (N rows of a one-token prompt and max_new_tokens):
-    else one line naming the flag, before any step (the engine's own error came at the first rollout)."""
+    """TorchEngine's --kv_cache_gb holds one group (N rows of a one-token prompt and max_new_tokens), or one line."""
     try:
         if hasattr(engine, "plan_chunks"):
             engine.plan_chunks([[pad_id]], cfg.group_size, max_new_tokens)
     except ValueError as e:
-        import torch.distributed as dist
         dist.destroy_process_group()
         refuse(f"--kv_cache_gb {cfg.kv_cache_gb}: too small for one group of N = {cfg.group_size} rollouts ({e})")
 

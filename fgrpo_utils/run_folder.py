@@ -167,9 +167,8 @@ def lock_out_dir(out):
         f.close()
         return [f"--out_dir {out} is in use by another train.py run ({holder}); wait for it to end or choose "
                 "another --out_dir"]
-    try:
-        f.seek(0)
-        f.truncate()
+    try:                                          # opened at 0: truncate there, then the pid line
+        f.truncate(0)
         f.write(f"pid {os.getpid()} on {socket.gethostname()}\n")
         f.flush()
     except OSError as e:                          # a full disk: the pid line, the first byte we write
@@ -206,15 +205,12 @@ def keep_metrics_until(path, step):
     if not path.exists():
         return
     keep, lines = [], path.read_text().splitlines()
-    for line in lines:
-        with contextlib.suppress(json.JSONDecodeError, KeyError, TypeError):      # a line cut short by a kill
-            if json.loads(line)["step"] <= step:
-                keep.append(line)
-    bad = [i for i, line in enumerate(lines[:-1], 1) if line.strip() and line not in keep and not
-           re.match(r'\{"step": \d+', line)]                    # not a later step: damaged, not only cut
-    if bad:
-        print(f"warning: {path}: dropped {len(bad)} line(s) that are no log row (line {bad[0]} first)",
-              file=sys.stderr, flush=True)
+    for i, line in enumerate(lines, 1):
+        try:
+            keep += [line] if json.loads(line)["step"] <= step else []
+        except (ValueError, KeyError, TypeError):        # the last line: cut short by a kill; one before: damage
+            if i < len(lines):
+                print(f"warning: {path}: line {i} is no log row; dropped", file=sys.stderr, flush=True)
     atomic_write_text(path, "".join(l + "\n" for l in keep))
 
 def make_logger(cfg, out):
