@@ -32,6 +32,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
+from safetensors import SafetensorError
 from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict,
                                                      get_state_dict, set_state_dict)
@@ -247,7 +248,7 @@ def writing(path):
     an error that is not the disk's passes unchanged."""
     try:
         yield
-    except (Exception, CheckpointException) as e:   # safetensors' own error on a full disk is no OSError
+    except (OSError, RuntimeError, SafetensorError, CheckpointException) as e:   # safetensors': no OSError
         if any(isinstance(x, KeyboardInterrupt) for x in causes(e)):
             raise KeyboardInterrupt from None           # Ctrl-C inside DCP's save, which wraps it
         why = disk_trouble(path, e)

@@ -462,7 +462,8 @@ def test_ctrl_c_is_one_line_and_damaged_log_rows_are_named(tiny_run, tmp_path):
     flags, whole = tiny_run
     run = tmp_path / "run"
     p = subprocess.Popen(flags + ["--steps", "40", "--out_dir", str(run)], cwd=ROOT, env=ENV, text=True,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE,    # a shell's background job ignores
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))   # SIGINT: not Python
     deadline = time.monotonic() + 300
     while not ((run / "metrics.jsonl").is_file() and (run / "metrics.jsonl").read_text().count("\n") >= 2):
         assert p.poll() is None and time.monotonic() < deadline, p.communicate()
