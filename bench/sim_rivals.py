@@ -84,8 +84,9 @@ def load(out):
             config, runs = data["config"], data["runs"]
             settings = {k: config[k] for k in PAIRED}
             by_gamma = {g: [r for r in runs if r["gamma"] == g] for g in config["gammas"]}
-            assert all(by_gamma.values()) and all(isinstance(r["M_ret_final"], float) for r in runs)
-        except (ValueError, KeyError, TypeError, AssertionError):
+            if not all(by_gamma.values()) or not all(isinstance(r["M_ret_final"], float) for r in runs):
+                raise ValueError("a gamma without runs, or a run without its final M_ret")
+        except (ValueError, KeyError, TypeError):
             refuse(f"{path}: not a whole arm file of bench/sim_rivals.py (config and runs)")
         if shared is not None and settings != shared[1]:
             diff = sorted(k for k in PAIRED if settings[k] != shared[1][k])

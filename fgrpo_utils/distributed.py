@@ -117,12 +117,12 @@ def balance_ranks(cfg, prompts, completions, A, live, num_minibatches, rank, wor
     about as many tokens: skip_dead's skipped groups and unlike completion lengths leave some far busier.
     A moved group takes its prompt, completions and advantages along; the skipped stay, so the global counts
     the loss divides by, and the gradient with them, are unchanged (up to the order of the sum). live: the
-    sequences the update forwards (train.live_rows); carry: a per-sequence list that moves with its group
-    (the engine's log-probs), or None. Returns (mbs, back, busiest): mbs, this rank's mini-batches, each
-    (prompts, completions, A, origin, carried), origin[i] the (rank, index there) sequence i came from and
-    carried[i] its carry (None without); back(rows) sends per-sequence results in mbs' order (log-probs, None for a skipped one) back to
-    their ranks, in each one's own order; busiest, (before, after) of the busiest rank's tokens over the
-    mean rank's, summed over mini-batches."""
+    sequences the update forwards (train.live_rows); carry: a per-sequence list that moves with its group (the
+    engine's log-probs), or None. Returns (mbs, back, busiest): mbs, this rank's mini-batches, each (prompts,
+    completions, A, origin, carried), origin[i] the (rank, index there) sequence i came from, carried[i] its carry
+    (None without); back(rows) sends per-sequence results in mbs' order (log-probs, None for a skipped one) back
+    to their ranks, in each one's own order; busiest, (before, after) of the busiest rank's tokens over the mean
+    rank's, summed over mini-batches."""
     N, per_mb = cfg.group_size, len(completions) // num_minibatches
     keep = set(live)
     carry = carry if carry is not None else [None] * len(completions)

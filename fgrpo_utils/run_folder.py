@@ -208,7 +208,8 @@ def keep_metrics_until(path, step):
     keep, lines = [], path.read_text().splitlines()
     for i, line in enumerate(lines, 1):
         try:
-            keep += [line] if json.loads(line)["step"] <= step else []
+            if json.loads(line)["step"] <= step:
+                keep.append(line)
         except (ValueError, KeyError, TypeError):        # the last line: cut short by a kill; one before: damage
             if i < len(lines):
                 print(f"warning: {path}: line {i} is no log row; dropped", file=sys.stderr, flush=True)
