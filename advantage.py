@@ -21,31 +21,23 @@ What lives here, by equation of arXiv 2602.06717 (v2):
     pass_at_k              Eq. 27         unbiased pass@k from c correct of n samples (and its tables)
     subsample_test         App. Q         the paired m-out-of-n test between two evaluations
 
-Choices the paper leaves open, all verl defaults since the paper ran verl:
-1) std in Eq. 3 is the unbiased (N-1) one and eps = 1e-6.
-2) log-ratio clamped to +-20 before exp; a dual clip c = 3 caps the loss of A < 0 tokens (GRPO/DAPO).
-3) token-mean over the whole optimizer mini-batch: pass the global token count as num_tokens.
+Choices the paper leaves open (verl's defaults), the rivals' sources: DESIGN.md, "The math".
 """
 import math
 
 import numpy as np
 import torch
 
-# Clip widths (eps_low, eps_high) per loss, Appendix B (Eqs. 14-16) / L.2. CISPO's bound the importance weight
-# to [0, 6], not a PPO-sized clip (verl's CISPO loss reuses PPO's clip_ratio_low/high, 0.2/0.2 by default).
+# Clip widths (eps_low, eps_high) per loss, Appendix B (Eqs. 14-16) / L.2; CISPO's: a weight in [0, 6] (DESIGN.md)
 CLIP_EPS = {"grpo": (0.2, 0.2), "dapo": (0.2, 0.28), "cispo": (1.0, 5.0)}
 
 # -----------------------------------------------------------------------------
 # Group advantages and the focal weight (Eqs. 3, 11-13)
-
 def group_advantages(rewards, normalize_std=True, eps=1e-6):
-    """GRPO group-relative advantage, Eq. 3.
-
-    A_i = (R_i - mean_j R_j) / (std_j R_j + eps), std unbiased (N - 1).
+    """GRPO group-relative advantage, Eq. 3: A_i = (R_i - mean_j R_j) / (std_j R_j + eps), std unbiased (N - 1).
     normalize_std=False gives the mean-only form A_i = R_i - mean R (the simulation's, Sec. 5.1, App. J).
     A group whose rewards are all equal (X = 0 or X = N) gets exactly 0: it carries no signal.
-    rewards: (G, N), one row per prompt group  ->  (G, N)
-    """
+    rewards: (G, N), one row per prompt group  ->  (G, N)"""
     R = torch.as_tensor(rewards)
     R = R if R.is_floating_point() else R.float()
     if R.ndim != 2:
@@ -60,12 +52,10 @@ def group_advantages(rewards, normalize_std=True, eps=1e-6):
 
 def success_rate(rewards, r_correct=1.0, r_wrong=0.0):
     """Empirical success rate of each group, Eq. 11: mu_hat = (mean R - R_w) / (R_c - R_w) = X / N.
-
-    Every reward must be finite and within [R_w, R_c] (ValueError otherwise), so mu_hat is in [0, 1].
-    With two reward levels this is the fraction of correct rollouts; it is computed from the very
-    rollouts whose advantages it scales (no smoothing, nothing carried between steps).
-    rewards: (G, N)  ->  (G,)
-    """
+    Every reward must be finite and within [R_w, R_c], and R_c > R_w (ValueError otherwise), so mu_hat is
+    in [0, 1]. With two reward levels it is the fraction of correct rollouts, from the very rollouts whose
+    advantages it scales (no smoothing, nothing carried between steps).
+    rewards: (G, N)  ->  (G,)"""
     if not r_correct > r_wrong:
         raise ValueError(f"need r_correct > r_wrong, got {r_correct} and {r_wrong}")
     R = torch.as_tensor(rewards)
@@ -81,35 +71,27 @@ def success_rate(rewards, r_correct=1.0, r_wrong=0.0):
 
 def focal_advantages(rewards, gamma, r_correct=1.0, r_wrong=0.0, normalize_std=True):
     """F-GRPO advantage, Eqs. 11-13: A_i^F = g * A_i with g = (1 - mu_hat)^gamma, one g per group.
-    normalize_std=False: A_i is the mean-only form (Dr. GRPO's), as in group_advantages.
-
-    gamma = 0 gives g = 1 exactly, even at mu_hat = 1 (0^0 = 1): plain GRPO. Groups the policy
-    already solves (mu_hat near 1) get g near 0: they are the ones whose updates concentrate
-    probability on the sampled correct answers (App. H).
-    rewards: (G, N)  ->  (advantages (G, N), g (G,))
-    """
-    # The mean of N equal rewards can round just past R_c (seven of 0.1 do in float32); focal_weight
-    # clamps 1 - mu_hat at 0, where a negative base would make g NaN at a fractional gamma.
+    normalize_std=False: A_i is the mean-only form (Dr. GRPO's), as in group_advantages. gamma = 0 gives
+    g = 1 exactly, even at mu_hat = 1 (0^0 = 1): plain GRPO. Solved groups (mu_hat near 1), whose updates
+    concentrate probability on the sampled correct answers (App. H), get g near 0.
+    rewards: (G, N)  ->  (advantages (G, N), g (G,))"""
     mu_hat = success_rate(rewards, r_correct, r_wrong)                             # (G,), Eq. 11
     g = focal_weight(mu_hat, gamma)                                                # (G,), Eq. 12
-    # g multiplies AFTER the z-score. Scaling the rewards by g instead would do nothing: a
-    # per-group constant cancels in (R - mean) / std.
+    # g multiplies AFTER the z-score: scaling the rewards by g instead cancels in (R - mean) / std.
     return g[:, None] * group_advantages(rewards, normalize_std), g                # (G, N), Eq. 13
 
 def focal_weight(mu_hat, gamma):
-    """Focal weight, Eq. 12, for a tensor of success rates: g = (1 - mu_hat)^gamma. The one place the
-    formula lives: focal_advantages (the trainer) and simulate.py (mu_hat from counts) both call it."""
+    """Focal weight, Eq. 12, for a tensor of success rates: g = (1 - mu_hat)^gamma, 1 - mu_hat clamped at 0;
+    ValueError for gamma < 0. The one place the formula lives: focal_advantages and simulate.py call it."""
     if gamma < 0:
         raise ValueError(f"gamma must be >= 0, got {gamma}")
+    # mean R can round just past R_c (seven 0.1s do in float32): a negative base makes g NaN at a fractional gamma
     return (1 - mu_hat).clamp(min=0.0) ** gamma
 
 def ds_grpo_advantages(rewards, mean_logp_old, c_pos=0.05, c_neg=0.05, r_correct=1.0, eps=1e-6):
-    """DS-GRPO control (Gai et al. 2025), BEST GUESS: the paper describes it only in words.
-    A_i = z_i - c+ [correct] lbar_i + c- [incorrect] lbar_i, z the group z-score with the POPULATION std, lbar_i
-    rollout i's length-averaged log-prob under pi_old (from the one public implementation found, a verl fork
-    released with MaxRL; c+ = c- = 0.05 are its values, the paper gives none). lbar < 0, so rare correct
-    rollouts gain and rare wrong ones lose. Unlike GRPO, uniform groups get non-zero advantages.
-    rewards, mean_logp_old: (G, N)  ->  (G, N)"""
+    """DS-GRPO control (Gai et al. 2025), a BEST GUESS (DESIGN.md, "The math"). A_i = z_i - c+ [correct] lbar_i
+    + c- [incorrect] lbar_i, z the group z-score with the POPULATION std, lbar_i rollout i's length-averaged
+    log-prob under pi_old. Uniform groups get non-zero advantages. rewards, mean_logp_old: (G, N)  ->  (G, N)"""
     R = torch.as_tensor(rewards)
     R = R if R.is_floating_point() else R.float()
     lbar = torch.as_tensor(mean_logp_old, dtype=R.dtype)
@@ -121,10 +103,8 @@ def ds_grpo_advantages(rewards, mean_logp_old, c_pos=0.05, c_neg=0.05, r_correct
     return z - c_pos * correct * lbar + c_neg * (1 - correct) * lbar
 
 # The rivals, each in focal_advantages' slot (train.py --weighting): rewards (P, N) -> advantages (P, N)
-
 def maxrl_advantages(rewards, eps=1e-6):
-    """MaxRL (Tajwar et al. 2026, arXiv 2602.02710): A = (r - rbar) / (rbar + eps), 0 where rbar = 0; rewards in
-    [0, 1]. Binary: GRPO's population-std A times sqrt((1 - mu_hat) / mu_hat), unbounded as mu_hat -> 0."""
+    """MaxRL (Tajwar et al. 2026): A = (r - rbar) / (rbar + eps), 0 where rbar = 0; rewards in [0, 1]."""
     R = torch.as_tensor(rewards)
     R = R if R.is_floating_point() else R.float()
     if R.ndim != 2 or not ((R >= 0) & (R <= 1)).all():
@@ -186,18 +166,14 @@ def weighted_advantages(rewards, weighting="focal", gamma=0.0, k=4, lam=0.1, nor
     return A, torch.ones(A.shape[0], dtype=A.dtype)
 
 def low_lr_multiplier(gamma):
-    """m_gamma of the GRPO low-LR control (Appendix N): the average shrink of |A| under the focal weight.
-    With binary rewards the mean |A| of a group at success rate mu scales as sqrt(mu (1 - mu)), so
-    m_gamma = int (1-mu)^gamma sqrt(mu(1-mu)) dmu / int sqrt(mu(1-mu)) dmu
-            = B(3/2, gamma + 3/2) / B(3/2, 3/2) = 4/sqrt(pi) * Gamma(gamma + 3/2) / Gamma(gamma + 3).
-    m_0.5 = 0.6791 (lr 1e-6 -> 6.8e-7), m_1 = 0.5, m_2 = 0.3125."""
+    """m_gamma of the GRPO low-LR control (Appendix N), the average shrink of |A| under the focal weight:
+    4/sqrt(pi) * Gamma(gamma + 3/2) / Gamma(gamma + 3); m_0.5 = 0.6791, m_1 = 0.5 (derivation: DESIGN.md)."""
     if gamma < 0:
         raise ValueError(f"gamma must be >= 0, got {gamma}")
     return 4 / math.sqrt(math.pi) * math.exp(math.lgamma(gamma + 1.5) - math.lgamma(gamma + 3))
 
 # -----------------------------------------------------------------------------
 # Per-token losses (Eqs. 14-16) and token-mean aggregation
-
 def clip_bounds(loss_type, eps_low=None, eps_high=None):
     """(lo, hi) = (1 - eps_low, 1 + eps_high) for a loss, the paper's widths unless overridden."""
     if loss_type not in CLIP_EPS:
@@ -211,12 +187,9 @@ def clip_bounds(loss_type, eps_low=None, eps_high=None):
 
 def token_mean(x, mask, num_tokens=None):
     """sum(x * mask) / num_tokens. num_tokens defaults to mask.sum(); with no tokens the mean is 0.
-
-    For a true token mean over a mini-batch split into micro-batches and data-parallel ranks, pass
-    the GLOBAL response-token count of the mini-batch: then the per-micro-batch values add up to the
-    exact mean (the paper's token-mean, App. B / L.2). Dividing each micro-batch by its own count gives
-    a mean of means, which is wrong whenever response lengths differ.
-    """
+    For the paper's token mean (App. B / L.2) over a mini-batch split into micro-batches and ranks, pass
+    the mini-batch's GLOBAL response-token count: the micro-batches' values then add up to the exact mean,
+    where each divided by its own count gives a mean of means, wrong whenever response lengths differ."""
     if num_tokens is None:
         num_tokens = mask.sum()
     # With no tokens at all (an empty or all-padding batch) the sum is 0; dividing it by at least 1
@@ -228,15 +201,12 @@ LOSS_AGG = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm")
 
 def aggregate(x, mask, loss_agg="token-mean", num_tokens=None, num_seqs=None, max_len=None):
     """This micro-batch's share of the mini-batch loss sum_t w_t x_t, for one of LOSS_AGG:
-
         token-mean               sum x / T                      T: response tokens (the paper, Sec. 3.3)
         seq-mean-token-mean      sum_i (sum_t x_it / |o_i|) / S  the original GRPO: a mean of sequence means
         seq-mean-token-sum-norm  sum x / (S * L_max)            Dr. GRPO: a constant normaliser
-
     x, mask: (B, T). num_tokens T, num_seqs S and max_len L_max are counts of the WHOLE mini-batch
     (all micro-batches and ranks; default: this one's), so the shares add up to the exact loss. L_max
-    is the response budget (max new tokens), a constant; by default the width of x.
-    """
+    is the response budget (max new tokens), a constant; by default the width of x."""
     mask = mask.to(x.dtype)
     if loss_agg == "token-mean":
         return token_mean(x, mask, num_tokens)
@@ -250,19 +220,16 @@ def aggregate(x, mask, loss_agg="token-mean", num_tokens=None, num_seqs=None, ma
 def policy_loss(logp, old_logp, advantages, mask, loss_type="grpo", eps_low=None, eps_high=None,
                 dual_clip=3.0, num_tokens=None, loss_agg="token-mean", num_seqs=None, max_len=None):
     """Policy loss (to minimise) of GRPO / DAPO (Eq. 14) or CISPO (Eqs. 15-16), token-mean by default.
-
     r = pi_theta / pi_old = exp(clamp(logp - old_logp, -20, 20))
     grpo, dapo:  l = max(-A r, -A clip(r, 1 - eps_low, 1 + eps_high)), and for A < 0 also
                  l = min(l, -A c) (dual clip, c = dual_clip). Widths 0.2/0.2 (GRPO), 0.2/0.28 (DAPO).
     cispo:       l = -sg(clip(r, 1 - eps_low, 1 + eps_high)) A log pi, widths 1.0/5.0: weight in [0, 6].
     F-variants need nothing here: pass the focal advantages.
-
     logp, old_logp, mask: (B, T) per response token; advantages: (B,) per sequence or (B, T).
-    num_tokens: the global token count of the optimizer mini-batch (see token_mean); loss_agg,
-    num_seqs, max_len: another aggregation of the per-token losses (see aggregate).
-    Returns (loss, diagnostics). Each diagnostic except ratio/max is a token-mean over num_tokens,
-    whatever loss_agg, so summing it over micro-batches and ranks gives the mini-batch fraction.
-    """
+    num_tokens: the mini-batch's global token count (see token_mean); loss_agg, num_seqs, max_len:
+    another aggregation of the per-token losses (see aggregate). Returns (loss, diagnostics): each
+    diagnostic but ratio/max is a token-mean over num_tokens whatever loss_agg, so it sums over
+    micro-batches and ranks to the mini-batch fraction."""
     lo, hi = clip_bounds(loss_type, eps_low, eps_high)
     A = advantages[:, None] if advantages.ndim == 1 else advantages                  # (B, 1) or (B, T)
     mask = mask.to(logp.dtype)
@@ -272,8 +239,7 @@ def policy_loss(logp, old_logp, advantages, mask, loss_type="grpo", eps_low=None
         per_tok = -w * A * logp                           # the gradient flows only through log pi
         flags = {"cispo/at_lo": ratio < lo, "cispo/at_hi": ratio > hi}
     else:
-        clipped = ratio.clamp(lo, hi)
-        per_tok = torch.maximum(-A * ratio, -A * clipped)                            # Eq. 14, negated
+        per_tok = torch.maximum(-A * ratio, -A * ratio.clamp(lo, hi))                # Eq. 14, negated
         # Dual clip: for A < 0 a huge ratio would make the loss unbounded; cap it at |A| c (verl).
         per_tok = torch.where(A < 0, torch.minimum(per_tok, -A * dual_clip), per_tok)
         flags = {"clip/low": (A < 0) & (ratio < lo), "clip/high": (A > 0) & (ratio > hi),
@@ -287,10 +253,8 @@ def policy_loss(logp, old_logp, advantages, mask, loss_type="grpo", eps_low=None
 
 def kl_k3(logp, ref_logp):
     """Per-token k3 estimate of KL(pi_theta || pi_ref) (Schulman's "k3", verl's low_var_kl).
-
     k3 = exp(d) - d - 1 with d = log pi_ref - log pi_theta, unbiased and >= 0; clamped like verl
-    (d to +-20, k3 to [-10, 10]) so one outlier token cannot dominate. Aggregate with token_mean.
-    """
+    (d to +-20, k3 to [-10, 10]) so one outlier token cannot dominate. Aggregate with token_mean."""
     d = (ref_logp - logp).clamp(-20.0, 20.0)
     return (torch.exp(d) - d - 1).clamp(-10.0, 10.0)
 
@@ -309,24 +273,19 @@ def tis_weights(old_logp, engine_logp, mask, cap, level="token"):
 
 def entropy_from_logits(logits):
     """Per-token entropy H = -sum_v p_v log p_v of p = softmax(logits) over the last dim. (..., V) -> (...)
-
     In float32, float64 staying float64; finite for any finite logits (a softmax that underflows to 0
     contributes 0, not 0 * -inf). Pass logits already divided by the sampling temperature. It
-    materialises the whole (..., V) softmax: the trainer's head computes it per chunk (logprob.head_logp).
-    """
+    materialises the whole (..., V) softmax: the trainer's head computes it per chunk (logprob.head_logp)."""
     logits = logits.to(torch.promote_types(logits.dtype, torch.float32))
     return torch.logsumexp(logits, dim=-1) - (torch.softmax(logits, dim=-1) * logits).sum(dim=-1)
 
 # -----------------------------------------------------------------------------
 # Lemma 3.1: the tail-miss probability
-
 def tail_miss_probability(mu_pos, tau, n):
     """Pr(B_{E,N}) of Lemma 3.1: the group is active (0 < X < N) yet no rollout lands in E.
-
     Pr(B) = (1 - tau)^N - (mu_pos - tau)^N - (1 - mu_pos)^N, for 0 < tau < mu_pos <= 1, N >= 1.
     The first term is "no rollout in E"; from it we subtract the two inactive ways of missing E:
-    all rollouts correct but outside E, and all rollouts wrong. Broadcasts over numpy arrays.
-    """
+    all rollouts correct but outside E, and all rollouts wrong. Broadcasts over numpy arrays."""
     mu, tau, n = (np.asarray(x, dtype=np.float64) for x in (mu_pos, tau, n))
     if np.any(tau <= 0) or np.any(tau >= mu) or np.any(mu > 1):
         raise ValueError("need 0 < tau < mu_pos <= 1")
@@ -335,17 +294,14 @@ def tail_miss_probability(mu_pos, tau, n):
     return (1 - tau) ** n - (mu - tau) ** n - (1 - mu) ** n
 
 def tail_miss_argmax(mu_pos, tau, n_max=1 << 17):
-    """Integer argmax over N = 1..n_max of the tail-miss probability, and the peak value. There is no closed
-    form (Sec. 3.1, Lemma 3.1), so we evaluate every N: 131,072 values cost microseconds."""
-    n = np.arange(1, n_max + 1)
-    p = tail_miss_probability(mu_pos, tau, n)
+    """Integer argmax over N = 1..n_max of the tail-miss probability (no closed form: every N), and the peak."""
+    p = tail_miss_probability(mu_pos, tau, np.arange(1, n_max + 1))
     i = int(np.argmax(p))
-    return int(n[i]), float(p[i])
+    return i + 1, float(p[i])                                          # p[i] is at N = i + 1
 
 # -----------------------------------------------------------------------------
 # One-step theory of the categorical policy (Sec. 2.3, Eq. 5; Prop. 3.2, Eq. 10): simulate.py. The rewards R_c,
 # R_w are whatever enters the surrogate: raw rewards as in Hu et al., or the simulation's centred R - mean R.
-
 def batch_sums(p, correct, sampled, r_correct, r_wrong):
     """Sums of Eq. 5, Hu et al. Eq. 17 and Prop. 3.2 for a batch; p (K,), correct (K,) bool, sampled (K,) counts or bool."""
     p, pos, s = (np.asarray(p, dtype=np.float64), np.asarray(correct, bool), np.asarray(sampled) > 0)
@@ -381,13 +337,10 @@ def delta_Q_u_pos(p, correct, sampled, r_correct, r_wrong, eta, N):
 
 # -----------------------------------------------------------------------------
 # pass@k (Chen et al. 2021; Eq. 27), unbiased, in product form: evaluate.py and the maze's held-out evaluation
-
 def pass_at_k(n, c, k):
     """Unbiased pass@k of one problem with c correct out of n: 1 - C(n-c, k) / C(n, k).
-
     Product form: C(n-c, k) / C(n, k) = prod_{i=n-c+1}^{n} (1 - k / i), no huge binomials.
-    It is the mean over all k-subsets of the n samples of "some member is correct".
-    """
+    It is the mean over all k-subsets of the n samples of "some member is correct"."""
     if not 1 <= k <= n:
         raise ValueError(f"pass@k needs 1 <= k <= n; got k={k}, n={n}")
     if not 0 <= c <= n:
@@ -399,10 +352,8 @@ def pass_at_k(n, c, k):
 
 def pass_at_k_table(n, k):
     """pass@k for every c = 0..n at once, shape (n+1,): index it with an array of counts.
-
     ratio[c] = prod_{j<c} (1 - k / (n - j)) is the same product built up one factor per c; it hits
-    exactly 0 at c = n - k + 1, which is where pass@k becomes 1.
-    """
+    exactly 0 at c = n - k + 1, which is where pass@k becomes 1."""
     if not 1 <= k <= n:
         raise ValueError(f"pass@k needs 1 <= k <= n; got k={k}, n={n}")
     ratio = np.concatenate([[1.0], np.cumprod(1.0 - k / np.arange(n, 0, -1, dtype=np.float64))])
@@ -420,12 +371,10 @@ def pass_at_k_curve(n, counts):
 
 # -----------------------------------------------------------------------------
 # The paired m-out-of-n subsampling test (Appendix Q): evaluate.py --mode compare
-
 def subsample_test(a, b, m=256, iters=50_000, seed=0, groups=(), block=1000):
     """B minus A, per benchmark and per average of `groups` ((name, benchmarks) pairs), per k = 1, 2, 4, ... <= m.
-    a, b: {benchmark: (n, c array)} over the same problems. Each iteration draws, per problem and model, m of
-    the n samples without replacement: c' ~ Hypergeometric(c, n - c, m) correct, and pass@k(m, c', k) is a
-    table lookup. Averages are recomputed inside each iteration, so their intervals cover all benchmarks jointly.
+    a, b: {benchmark: (n, c array)} over the same problems. Each iteration draws, per problem and model, m of the
+    n samples without replacement: c' ~ Hypergeometric(c, n - c, m) correct; averages are per iteration (DESIGN.md).
     Returns {name: {k: {diff, lo, hi, significant}}}; significant iff the 95% interval excludes 0."""
     rng = np.random.default_rng(seed)
     ks = [k for k in ks_up_to(m) if k <= m]
@@ -443,9 +392,8 @@ def subsample_test(a, b, m=256, iters=50_000, seed=0, groups=(), block=1000):
         present = [x for x in names if x in diffs]
         if present:
             diffs[group] = {k: np.mean([diffs[x][k] for x in present], axis=0) for k in ks}
-    out = {}
+    out = {name: {} for name in diffs}
     for name, per_k in diffs.items():
-        out[name] = {}
         for k, d in per_k.items():
             lo, hi = np.percentile(d, [2.5, 97.5])
             out[name][k] = {"diff": float(d.mean()), "lo": float(lo), "hi": float(hi),

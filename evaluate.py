@@ -2,40 +2,23 @@
 Evaluation as in the paper: unbiased pass@k (Eq. 27) on six math and three out-of-domain benchmarks
 (Table 1), the paired m-out-of-n subsampling test between two runs (App. Q), and Delta NLL_rare (App. M.2).
 
-    python evaluate.py --model tiny --benchmarks math500 gpqa --n 4 --max_problems 2 --max_new_tokens 16 \
+    python evaluate.py --model tiny --benchmarks math500 gpqa --n 4 --max_problems 2 --max_new_tokens 16 \\
         --out runs/eval/tiny.json                                                             # CPU smoke test
     python evaluate.py --model Qwen/Qwen2.5-7B --device cuda --out runs/eval/qwen25_base.json     # n = 1024, all
     python evaluate.py --models 'out/grpo/epoch_*' --device cuda --out runs/eval/grpo   # each epoch, then the best
-    python evaluate.py --models 'out/fgrpo/epoch_*' --baseline runs/eval/grpo/selection.json --device cuda \
+    python evaluate.py --models 'out/fgrpo/epoch_*' --baseline runs/eval/grpo/selection.json --device cuda \\
         --out runs/eval/fgrpo                          # F-GRPO's best within the baseline's compute (App. L.4)
     python evaluate.py --mode select --inputs runs/eval/grpo/epoch_*.json --out runs/eval/grpo_best.json
     python evaluate.py --mode compare --inputs runs/eval/grpo.json runs/eval/fgrpo.json --out runs/eval/cmp.json
     python evaluate.py --mode report --inputs runs/eval/grpo.json runs/eval/fgrpo.json --out runs/eval/table1
     python evaluate.py --model out/maze_rl/final --benchmarks maze --n 64 --out runs/eval/maze.json   # Table 4
     python evaluate.py --mode rare_select --model Qwen/Qwen2.5-7B --device cuda --out runs/eval/rare_set.json
-    python evaluate.py --mode rare_score --model out/fgrpo/epoch_5 --rare runs/eval/rare_set.json \
+    python evaluate.py --mode rare_score --model out/fgrpo/epoch_5 --rare runs/eval/rare_set.json \\
         --out runs/eval/rare_fgrpo.json
 
-Modes. eval writes one JSON with every problem's (n, c) (pass@k can be recomputed without sampling),
-pass@k for k = 1, 2, 4, ..., n per benchmark and the averages, and a Table-1-style .md beside it, both
-rewritten as each benchmark finishes ("pending" lists the rest), so a failure keeps what was done.
-Every benchmark file is read before the model loads: bad data stops the run first. With --models
-(e.g. train.py's per-epoch exports) --out is a folder: NAME.json / .md per checkpoint, then
-selection.json / .md naming the best by math pass@1 (App. L.4); select does only that last part.
-compare tests two result files (B minus A); report writes a table (.md) and pass@k curves (.png);
-both take a selection.json as its best result. rare_select / rare_score: the halves of Delta NLL_rare.
-
-Choices the paper leaves open:
-1) Averages are unweighted means over the benchmarks present (6 math; OOD is IFEval + GPQA here:
-   SynLogic's data is not available offline, so it is reported as skipped and OOD averages 2, not 3).
-2) Seeds come from the data: problem i of benchmark b samples with crc32("seed:b:i"), so a slice
-   (--max_problems) draws the same samples as the full run for the problems it keeps.
-3) Eval golds are never dropped: GOLD_FIXES rewrites the 5 that math-verify misreads or cannot read
-   (an unreadable gold silently marks every sample wrong); 2 Minerva golds stay string-only (exact match).
-4) The significance test draws each model's subsample independently; the interval is the 2.5-97.5
-   percentiles of (B - A) over the iterations, and "mean diff" is the mean over iterations.
+Modes: eval, select, compare (B minus A), report, rare_select / rare_score (Delta NLL_rare). What each writes,
+and the choices the paper leaves open (averages, seeds, gold fixes, the test): DESIGN.md, "Evaluation".
 """
-import dataclasses
 import glob
 import json
 import math
@@ -44,7 +27,7 @@ import os
 import random
 import re
 import zlib
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -53,7 +36,8 @@ import maze
 import reward
 from advantage import pass_at_k_curve, subsample_test
 from fgrpo_utils import ood
-from fgrpo_utils.cli import (check, check_choices, check_device, check_min, check_positive, check_pretrained, check_utf8, data_dir, parse_config, refuse)
+from fgrpo_utils.cli import (check, check_choices, check_device, check_min, check_positive, check_pretrained,
+                             check_utf8, data_dir, parse_config, refuse)
 from fgrpo_utils.outputs import (Damaged, check_out_file, png_metadata, read_json, remove_temp, write_json_out,
                                  write_table_out)
 
@@ -73,7 +57,7 @@ LABELS = {"aime24": "AIME24", "aime25": "AIME25", "amc23": "AMC23", "math500": "
           "maze": "Maze"}
 SYNLOGIC_MSG = ("synlogic: skipped. Its eval split (SynLogic-Val) exists only on the Hugging Face hub and "
                 "is not in the data folder; the OOD average covers IFEval and GPQA only.")
-# (benchmark, row index) -> gold that math-verify parses as intended (choice 3)
+# (benchmark, row index) -> gold that math-verify parses as intended (DESIGN.md, "Evaluation": gold fixes)
 GOLD_FIXES = {("minerva", 5): "\\arcsin(10/13)", ("minerva", 38): "-1/3", ("minerva", 49): "-3/2",
               ("olympiadbench", 34): "n^{2}-n-1", ("olympiadbench", 96): "(0,4]"}
 
@@ -123,7 +107,8 @@ class Config:
         check_positive(self, "temperature")
         check(0 < self.top_p <= 1, f"--top_p {self.top_p}: must be in (0, 1]")
         check(0 < self.rare_frac <= 1, f"--rare_frac {self.rare_frac}: must be in (0, 1]")
-        check(self.device == "cpu" or self.device.startswith("cuda"), f"--device {self.device!r}: expected cpu or cuda[:N]")
+        check(self.device == "cpu" or self.device.startswith("cuda"),
+              f"--device {self.device!r}: expected cpu or cuda[:N]")
         check_device(self.device)
         check(self.mode != "compare" or len(self.inputs) == 2, "--inputs: compare needs exactly two result files")
         check(self.mode not in ("report", "select") or len(self.inputs) >= 1,
@@ -132,7 +117,8 @@ class Config:
             for name in names:
                 check(self.mode in modes or getattr(self, name) == Config.__dataclass_fields__[name].default,
                       f"--{name}: acts only with --mode {' or '.join(modes)}, not {self.mode}; leave it out")
-        check(not self.baseline or self.mode == "select" or self.models, "--baseline: only with --models or --mode select")
+        check(not self.baseline or self.mode == "select" or self.models,
+              "--baseline: only with --models or --mode select")
         self.models = expand_models(self.models)
         check(self.mode != "rare_score" or self.rare, "--rare: rare_score needs the rare_select output")
         self.check_files()
@@ -153,7 +139,7 @@ class Config:
                 if self.mode == "eval" and "maze" in self.benchmarks:
                     check((Path(m) / "sft.json").is_file(), f"{flag} {m}: no sft.json, not a maze checkpoint")
         loaded = []                                    # the results, read once for the checks below
-        for f in self.inputs if self.mode in ("compare", "report", "select") else ():
+        for f in self.inputs:
             check(Path(f).is_file(), f"--inputs {f}: no such file")
             if self.mode != "select" or not is_selection_file(f):
                 try:
@@ -178,8 +164,7 @@ class Config:
                     print(f"--baseline: leaving out {len(over)} checkpoint(s) over {cap} rollouts or of unknown "
                           f"compute: {', '.join(over)}", file=sys.stderr)
                 self.models = tuple(within)
-        if self.mode == "rare_score":
-            check(Path(self.rare).is_file(), f"--rare {self.rare}: no such file")
+        check(self.mode != "rare_score" or Path(self.rare).is_file(), f"--rare {self.rare}: no such file")
         if self.mode == "rare_select" and self.data:
             check(Path(self.data).is_file(), f"--data {self.data}: no such file")
             check_utf8(self.data)
@@ -195,7 +180,6 @@ class Config:
             check_out_file(f, "--out", SCRIPT)
 
 def outputs(cfg):
-    """The files a mode writes: --out and its table (and plot); --models: each checkpoint's and the selection's."""
     out = Path(cfg.out)
     if cfg.models:
         return [out / f"{name}{ext}" for name in [*map(checkpoint_name, cfg.models), "selection"]
@@ -204,7 +188,6 @@ def outputs(cfg):
             "report": [out.with_suffix(".md"), out.with_suffix(".png")]}.get(cfg.mode, [out])
 
 def checkpoint_name(model):
-    """A checkpoint's name in --models' output folder: its folder's name (out/grpo/epoch_3 -> epoch_3)."""
     return Path(model.rstrip("/")).name
 
 def expand_models(models):
@@ -212,12 +195,9 @@ def expand_models(models):
     natural = lambda p: [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", p)]
     found = []
     for m in models:
-        if glob.has_magic(m):
-            matches = sorted((p for p in glob.glob(m) if Path(p).is_dir()), key=natural)
-            check(matches, f"--models {m}: matches no folder")
-            found += matches
-        else:
-            found.append(m)
+        matches = sorted((p for p in glob.glob(m) if Path(p).is_dir()), key=natural) if glob.has_magic(m) else [m]
+        check(matches, f"--models {m}: matches no folder")
+        found += matches
     found = list(dict.fromkeys(found))                   # a checkpoint named twice is evaluated once
     names = [checkpoint_name(m) for m in found]
     clash = sorted({n for n in names if names.count(n) > 1 or n == "selection"}) + [None]
@@ -231,11 +211,11 @@ def averages(benchmarks):
     """Unweighted means over the benchmarks present (Table 1's "Avg."), per k shared by all of them."""
     out = {}
     for group, names in (("math", MATH), ("ood", OOD)):
-        curves = [benchmarks[b]["pass@k"] for b in names if "pass@k" in benchmarks.get(b, {})]
+        curves = {b: benchmarks[b]["pass@k"] for b in names if "pass@k" in benchmarks.get(b, {})}
         if curves:
-            ks = set.intersection(*(set(c) for c in curves))
-            out[group] = {"benchmarks": [b for b in names if "pass@k" in benchmarks.get(b, {})],
-                          "pass@k": {k: float(np.mean([c[k] for c in curves])) for k in sorted(ks, key=int)}}
+            ks = set.intersection(*map(set, curves.values()))
+            out[group] = {"benchmarks": list(curves),
+                          "pass@k": {k: float(np.mean([c[k] for c in curves.values()])) for k in sorted(ks, key=int)}}
     return out
 
 # -----------------------------------------------------------------------------
@@ -269,22 +249,21 @@ def model_dtype(cfg):
 def load_model(cfg, weights=True):
     """(model, tokenizer, family); weights=False: model None (vLLM loads its own; a copy would waste memory)."""
     import torch
-    import transformers
+    from transformers import AutoConfig, AutoModelForCausalLM, Qwen2Config
     if cfg.model == "tiny":
         tok = reward.load_tokenizer(str(data_dir() / "tokenizers" / "qwen2.5"))
         torch.manual_seed(cfg.seed)
-        config = transformers.Qwen2Config(vocab_size=151936, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                                          num_attention_heads=2, num_key_value_heads=1, tie_word_embeddings=True)
-        model = transformers.AutoModelForCausalLM.from_config(config)
+        config = Qwen2Config(vocab_size=151936, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                             num_attention_heads=2, num_key_value_heads=1, tie_word_embeddings=True)
+        model = AutoModelForCausalLM.from_config(config)
     else:
         tok = reward.load_tokenizer(cfg.model)
-        config = transformers.AutoConfig.from_pretrained(cfg.model)
-        model = transformers.AutoModelForCausalLM.from_pretrained(cfg.model, dtype=model_dtype(cfg)) if weights else None
+        config = AutoConfig.from_pretrained(cfg.model)
+        model = AutoModelForCausalLM.from_pretrained(cfg.model, dtype=model_dtype(cfg)) if weights else None
     family = reward.model_family(config.model_type) if cfg.family == "auto" else cfg.family
     return (model.to(cfg.device).eval() if model is not None else None), tok, family
 
 def open_engine(cfg, model, tok):
-    """The engine --engine names for cfg.model: the torch engine runs `model`, vLLM loads the folder."""
     import rollout
     return rollout.make_engine(cfg.engine, cfg.model, pad_token_id=reward.pad_id(tok), device=cfg.device,
                                dtype=model_dtype(cfg), model=model)
@@ -302,7 +281,6 @@ def sample(cfg, engine, tok, family, texts, seeds, n):
         yield s, out, tok.batch_decode(out.token_ids, skip_special_tokens=True)
 
 def score(task, completions, rows, scorer):
-    """Rewards (1.0 / 0.0) and scorer stats for completions of the given rows, by task."""
     if task == "math":
         return scorer.score(completions, [r["answer"] for r in rows])
     if task == "gpqa":
@@ -334,8 +312,7 @@ def evaluate_benchmark(cfg, name, rows, task, engine, tok, family, scorer):
             "pass@k": pass_at_k_curve(cfg.n, c), "trunc_frac": truncated / (cfg.n * len(rows)), **stats}
 
 def evaluate_maze(cfg, engine, tok):
-    """Held-out mazes (Sec. 5.2, App. K): c and pass@k count the --maze_reward rule, c_RULE and pass@k_RULE
-    every rule. --max_problems mazes (default 256); --max_new_tokens 0: maze.max_new_tokens_for the size."""
+    """Held-out mazes (Sec. 5.2, App. K): c and pass@k count the --maze_reward rule, c_RULE, pass@k_RULE every rule."""
     task = maze.maze_task(tok, maze.checkpoint_size(cfg.model), cfg.seed, cfg.maze_reward, cfg.max_problems or 256,
                           cfg.n, max_new_tokens=cfg.max_new_tokens or None, temperature=cfg.temperature,
                           top_p=cfg.top_p, top_k=cfg.top_k)
@@ -352,8 +329,7 @@ def run_eval(cfg, data=None, engine=None):
     data = data if data is not None else load_benchmarks(cfg)
     own = engine is None
     model, tok, family = load_model(cfg, weights=own and cfg.engine == "torch")
-    if own:
-        engine = open_engine(cfg, model, tok)
+    engine = open_engine(cfg, model, tok) if own else engine
     result = {"config": asdict(cfg), "family": family, "checkpoint": training_progress(cfg.model),
               "benchmarks": {}, "pending": list(cfg.benchmarks)}
     with reward.Scorer(workers=cfg.workers) as scorer:
@@ -362,12 +338,15 @@ def run_eval(cfg, data=None, engine=None):
                 print(SYNLOGIC_MSG)
                 result["benchmarks"][name] = {"skipped": SYNLOGIC_MSG}
             else:
-                b = result["benchmarks"][name] = (evaluate_maze(cfg, engine, tok) if name == "maze" else
-                                                  evaluate_benchmark(cfg, name, *data[name], engine, tok, family, scorer))
+                b = result["benchmarks"][name] = (
+                    evaluate_maze(cfg, engine, tok) if name == "maze"
+                    else evaluate_benchmark(cfg, name, *data[name], engine, tok, family, scorer))
                 print(f"{name}: " + " ".join(f"pass@{k} {v:.3f}" for k, v in b["pass@k"].items())
                       + f" | trunc {b['trunc_frac']:.3f}")
             result["pending"].remove(name)
-            save_result(cfg, result)              # a failure in a later benchmark loses nothing done
+            result["averages"] = averages(result["benchmarks"])
+            write_json_out(cfg.out, result, SCRIPT)               # a failure in a later benchmark loses nothing done
+            write_table_out(Path(cfg.out).with_suffix(".md"), table([result], [Path(cfg.out).stem]), SCRIPT)
     if own:
         engine.close()
     print(f"wrote {cfg.out}")
@@ -376,13 +355,13 @@ def run_eval(cfg, data=None, engine=None):
 def run_eval_many(cfg):
     """--models: evaluate each checkpoint into --out/NAME.json (benchmarks read once), then write_selection."""
     folder = Path(cfg.out)
-    runs = [dataclasses.replace(cfg, model=m, models=(), baseline="", out=str(folder / f"{checkpoint_name(m)}.json"))
+    runs = [replace(cfg, model=m, models=(), baseline="", out=str(folder / f"{checkpoint_name(m)}.json"))
             for m in cfg.models]
     import rollout
     data = load_benchmarks(runs[0])
     done, engine = [], None
-    for i, run in enumerate(runs):
-        print(f"checkpoint {i + 1}/{len(runs)}: {run.model} -> {run.out}")
+    for i, run in enumerate(runs, 1):
+        print(f"checkpoint {i}/{len(runs)}: {run.model} -> {run.out}")
         try:
             # One engine for all: vLLM allows one sleep-mode allocator per process, and loading a
             # checkpoint's weights into a running engine is faster than starting another.
@@ -410,11 +389,6 @@ def training_progress(model):
         return json.loads((Path(model) / "progress.json").read_text())
     except (OSError, ValueError):
         return None
-
-def save_result(cfg, result):
-    result["averages"] = averages(result["benchmarks"])
-    write_json_out(cfg.out, result, SCRIPT)
-    write_table_out(Path(cfg.out).with_suffix(".md"), table([result], [Path(cfg.out).stem]), SCRIPT)
 
 # -----------------------------------------------------------------------------
 # Table 1 cells, pass@k curves
@@ -476,7 +450,6 @@ def plot(results, labels, path):
     plt.close(fig)
 
 def is_selection(r):
-    """Whether a loaded JSON is a selection (write_selection) rather than a result."""
     return "best" in r and "candidates" in r
 
 def is_selection_file(path):
@@ -488,9 +461,7 @@ def is_selection_file(path):
 def result_label(path):
     """A run's name in tables: the file's stem; a selection.json's is run/best (grpo/epoch_7)."""
     r = json.loads(Path(path).read_text())
-    if is_selection(r):
-        return f"{Path(path).parent.name}/{Path(r['best']['result']).stem}"
-    return Path(path).stem
+    return f"{Path(path).parent.name}/{Path(r['best']['result']).stem}" if is_selection(r) else Path(path).stem
 
 # Settings besides the problems and n that change a score: results that differ in one do not compare.
 SCORE_SETTINGS = ("maze_reward", "temperature", "top_p", "top_k", "max_new_tokens", "family")
@@ -508,19 +479,7 @@ def run_report(cfg):
     print(md)
 
 # -----------------------------------------------------------------------------
-# Checkpoint selection (App. L.4). Paper: a checkpoint every epoch (train.py's epoch_E); the baseline's best
-# by average math pass@1 vs the best Focal one of no more compute (step 3). How we apply it:
-# - Compute is rollouts sampled so far (progress.json: steps x prompts per step x N). With the
-#   baseline's batch and N, as in every Table 1 row, this is the paper's inferred reading "the Focal
-#   epoch is <= the baseline's"; with another N (Table 2) it still counts work. Step 3's cap comes
-#   from --baseline (its selection.json); a checkpoint with no progress.json (a base model, a hub id)
-#   has unknown compute and is no candidate under a cap.
-# - Average math pass@1 is the unweighted mean over the math benchmarks (Table 1). A result missing
-#   one that another has (pending after a crash, or not asked for) is left out with the reason, never
-#   averaged over fewer; results on other problems or another n are refused: means would not compare.
-# - Ties go to less compute, then to the earlier file name.
-# - The paper names no validation split, so selection uses the reported benchmarks (optimistic for
-#   both arms alike), possibly at a smaller n than the final evaluation; n is recorded.
+# Checkpoint selection (App. L.4), as we read it (compute, ties, no validation split): DESIGN.md, "Evaluation"
 def select_checkpoint(results, max_rollouts=None):
     """results: {result path: result} -> {"math_benchmarks", "n", "best", "candidates", "excluded"}:
     candidates {"result", "model", "math_pass@1", "step", "rollouts"}, best the top math pass@1 of
@@ -611,12 +570,11 @@ def run_compare(cfg):
     return res
 
 # -----------------------------------------------------------------------------
-# Delta NLL_rare (App. M.2). The paper gives neither the base rollouts' temperature nor how NLLs are
-# compared: we sample at --temperature (default 1) and average per-trajectory (NLL_trained - NLL_base).
-def nll(model, tok, prompts, completions, batch_size=8):
+# Delta NLL_rare (App. M.2), and what the paper leaves open in it: DESIGN.md, "Evaluation"
+def nll(model, tok, prompts, completions):
     """Length-normalised NLL (mean per-token -log p) of each completion under model, at T = 1."""
     from fgrpo_utils.logprob import completion_logp
-    logp = completion_logp(model, prompts, completions, reward.pad_id(tok), temperature=1.0, batch_size=batch_size)
+    logp = completion_logp(model, prompts, completions, reward.pad_id(tok), temperature=1.0, batch_size=8)
     return [float(-lp.mean()) for lp in logp]
 
 def run_rare_select(cfg):

@@ -7,25 +7,10 @@ Single-solution maze: Prim generator, 32-token vocabulary, strict and walk rewar
     python maze.py --show_seed 3                     # print one maze and its shortest path, then exit
     python maze.py --steps 2 --eval_mazes 4          # smoke test, seconds
 
-`python maze.py` trains a 3.9M-parameter Qwen2 from scratch on shortest paths, saves a checkpoint (out/maze_sft)
-that AutoModelForCausalLM / AutoTokenizer / vLLM load as is, reloads it, and reports pass@1 on 256 held-out
-mazes (4 samples each, temperature 1.0) under both reward rules.
-
-Decisions the paper leaves open and what we chose:
-1) Mazes: our seeded Prim generator, on the fly (not the published 1M set); start and goal are two distinct
-   rooms drawn uniformly (MaxRL's rule is unknown). The path-length distribution (difficulty) is printed and saved.
-2) Held-out mazes are split by content as well as seed: held out iff crc32(grid) % HELDOUT_MOD == 0, from seeds
-   >= HELDOUT_SEED0; training mazes use seeds below it and skip held-out grids, so none equals a held-out one.
-   A seed split alone does not promise that at 9x9: a long RL run draws millions of mazes from about 2e7.
-3) Reward (--maze_reward, here and in train.py / evaluate.py): strict by default, 1 only for the exact shortest
-   path then DONE <eos> ("exactly one correct action sequence"). MaxRL's judge_maze walk rule, always reported
-   beside it, accepts detours, and RL learned them (RESULTS.md). Truncated answers score 0: never ending cannot pay.
-4) SFT: lr 5e-4, cosine to 0 at --steps (MaxRL's: 10 epochs, flat at 1,500 steps; our run is short); fp32, not bf16.
-5) CPU default 9x9 / 900 steps: about 10 minutes on 2 cores, and held-out pass@1 lands inside (0, 1)
-   (walk 0.15, strict 0.12): RL needs mixed groups, since all-equal rewards give zero advantage.
-6) Every vocabulary word is also an "added token": transformers 5 loads any qwen2 checkpoint's tokenizer as its
-   byte-level Qwen2Tokenizer, keeping only those. The ids stay exact; decoded text has no spaces (maze_reward copes).
+`python maze.py` trains a 3.9M-parameter Qwen2 from scratch on shortest paths, saves a Hugging Face checkpoint
+(out/maze_sft), reloads it, and reports held-out pass@1 under both reward rules. Why: DESIGN.md, "The maze".
 """
+import itertools
 import json
 import math
 import os
@@ -93,27 +78,18 @@ def make_maze(size, seed):
     return ["".join(row) for row in cells]
 
 def is_heldout(grid):
-    """The content split of decision 2: a stable hash, so it never depends on the seed."""
+    """The held-out split (DESIGN.md, "The maze"): a stable hash, so it never depends on the seed."""
     return zlib.crc32("\n".join(grid).encode()) % HELDOUT_MOD == 0
 
 def heldout_mazes(size, n):
     """The first n held-out mazes of this size (seeds HELDOUT_SEED0, +1, ... that hash held out)."""
-    out, seed = [], HELDOUT_SEED0
-    while len(out) < n:
-        grid = make_maze(size, seed)
-        if is_heldout(grid):
-            out.append(grid)
-        seed += 1
-    return out
+    grids = (make_maze(size, seed) for seed in itertools.count(HELDOUT_SEED0))
+    return list(itertools.islice(filter(is_heldout, grids), n))
 
 def train_mazes(size, n, rng):
     """n fresh training mazes; `rng` (a random.Random) picks the seeds, so the caller controls them."""
-    out = []
-    while len(out) < n:
-        grid = make_maze(size, rng.randrange(HELDOUT_SEED0))
-        if not is_heldout(grid):
-            out.append(grid)
-    return out
+    grids = (make_maze(size, rng.randrange(HELDOUT_SEED0)) for _ in itertools.count())
+    return list(itertools.islice(itertools.filterfalse(is_heldout, grids), n))
 
 def find(grid, ch):
     return next((r, row.index(ch)) for r, row in enumerate(grid) if ch in row)
@@ -121,9 +97,7 @@ def find(grid, ch):
 def step(grid, pos, move):
     """One move of the walk; None when it leaves the grid or enters a wall."""
     r, c = pos[0] + MOVES[move][0], pos[1] + MOVES[move][1]
-    if not (0 <= r < len(grid) and 0 <= c < len(grid[r])) or grid[r][c] == "#":
-        return None
-    return r, c
+    return (r, c) if 0 <= r < len(grid) and 0 <= c < len(grid[r]) and grid[r][c] != "#" else None
 
 def solve(grid):
     """The shortest (in a perfect maze: the only simple) path from S to G, by BFS, as moves."""
@@ -146,23 +120,18 @@ def solve(grid):
 RULES = ("strict", "walk")      # --maze_reward; strict is the default everywhere
 
 def maze_reward(grid, completion, rule="strict"):
-    """1.0 or 0.0 for a completion (decoded text, or a list of token strings): any other value (None, ids,
-    bytes) scores 0.0. Raises ValueError("maze reward rule ...: expected one of ('strict', 'walk')") for an
-    unknown rule, and nothing else.
-
-    Both rules read the completion up to its first <eos> and give 0 when there is none: an answer
-    cut by the length limit is wrong, so no policy gains by never ending (one F-GRPO run on the
-    walk rule learned to repeat DONE and moves until truncated). Words after <eos> do not exist
-    in a rollout (generation stops there) and are ignored in text.
-    strict (Sec. 5.2: "exactly one correct action sequence"): the words before <eos> are exactly
-        the shortest path and DONE; nothing may follow DONE.
-    walk (MaxRL's judge_maze): cut at the first DONE (none -> 0); every word before it
-        must be a move; walk from S: off the grid or into a wall -> 0, reaching G -> 1 at once even
-        if more moves follow; otherwise 0. Words between DONE and <eos> are ignored, as MaxRL
-        ignores them. It accepts detours into a dead end and back, so the task is no longer
-        single-solution.
-    Text is split into vocabulary words (see WORD), so "RIGHT DONE" and "RIGHTDONE" read the same.
-    """
+    """1.0 or 0.0 for a completion: decoded text, split into vocabulary words (WORD: "RIGHT DONE" and
+    "RIGHTDONE" read the same), or a list of token strings; any other value (None, ids, bytes) scores 0.0.
+    Raises ValueError("maze reward rule ...: expected one of ('strict', 'walk')") for an unknown rule, and
+    nothing else. Both rules read the completion up to its first <eos> and give 0 when there is none: an
+    answer cut by the length limit is wrong, so no policy gains by never ending (one F-GRPO run on the walk
+    rule learned to repeat DONE and moves until truncated). Words after <eos> (never in a rollout) are ignored.
+    strict (Sec. 5.2: "exactly one correct action sequence"): the words before <eos> are exactly the
+        shortest path and DONE; nothing may follow DONE.
+    walk (MaxRL's judge_maze): cut at the first DONE (none -> 0); every word before it must be a move;
+        walk from S: off the grid or into a wall -> 0, reaching G -> 1 at once even if more moves follow;
+        otherwise 0. Words between DONE and <eos> are ignored, as MaxRL ignores them. It accepts detours
+        into a dead end and back, so the task is no longer single-solution."""
     if rule not in RULES:
         raise ValueError(f"maze reward rule {rule!r}: expected one of {RULES}")
     if isinstance(completion, str):
@@ -176,18 +145,13 @@ def maze_reward(grid, completion, rule="strict"):
     tokens = tokens[:tokens.index("<eos>")]
     if rule == "strict":
         return float(tokens == solve(grid) + ["DONE"])
-    if "DONE" not in tokens:
-        return 0.0
-    moves = tokens[:tokens.index("DONE")]
-    if any(m not in MOVES for m in moves):
+    if "DONE" not in tokens or any(m not in MOVES for m in tokens[:tokens.index("DONE")]):
         return 0.0
     pos, goal = find(grid, "S"), find(grid, "G")
-    for m in moves:
+    for m in tokens[:tokens.index("DONE")]:
         pos = step(grid, pos, m)
-        if pos is None:
-            return 0.0
-        if pos == goal:
-            return 1.0
+        if pos is None or pos == goal:                # off the grid or into a wall: 0; G: 1 at once
+            return float(pos == goal)
     return 0.0
 
 def render(grid, path=None):
@@ -215,15 +179,13 @@ VOCAB = ["<pad>", "<bos>", "<eos>", "<unk>", "GRID_START", "GRID_END", "PATH_STA
 VOCAB += [f"RESERVED_{i}" for i in range(14)]      # ids 18-31
 PAD, BOS, EOS = 0, 1, 2
 CELL_TOKEN = {"#": "WALL", ".": "PATH", "S": "START", "G": "GOAL"}
-# Splits decoded text into vocabulary words (longest first), spaced or not (decision 6); any other character
-# is a one-character word, which is never a move.
+# Splits decoded text into vocabulary words (longest first), spaced or not (DESIGN.md, "Tokenizer note");
+# any other character is a one-character word, which is never a move.
 WORD = re.compile("|".join(re.escape(w) for w in sorted(VOCAB, key=len, reverse=True) if w.strip()) + r"|\S")
 
 def build_tokenizer():
-    """The vocabulary as a Hugging Face fast tokenizer; ids are positions in VOCAB. WhitespaceSplit, not
-    Whitespace, which would cut `<bos>` into `<`, `bos`, `>`. No post-processor: the prompt text carries its
-    own `<bos>`. Every word is also an added token, so transformers 5's Qwen2Tokenizer rebuild keeps the ids
-    (decision 6). `\\n` (id 17) is kept for MaxRL's ids; whitespace splitting means text never encodes to it."""
+    """The vocabulary as a Hugging Face fast tokenizer; ids are positions in VOCAB, every word also an added
+    token. Why WhitespaceSplit, no post-processor, and `\\n` (id 17): DESIGN.md, "Tokenizer note"."""
     tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(VOCAB)}, unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     tok.add_special_tokens([AddedToken(w, special=True) for w in VOCAB[:4]])
@@ -270,8 +232,7 @@ def save_sft(model, tokenizer, out_dir, info):
     def write(tmp):
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
-        # transformers 5 writes tokenizer_class "TokenizersBackend", unknown to 4.x readers (an older
-        # vLLM stack); "PreTrainedTokenizerFast" loads the same tokenizer.json in both.
+        # tokenizer_class for transformers 4.x readers too (DESIGN.md, "Tokenizer note")
         path = Path(tmp) / "tokenizer_config.json"
         tok_cfg = {**json.loads(path.read_text()), "tokenizer_class": "PreTrainedTokenizerFast"}
         path.write_text(json.dumps(tok_cfg, indent=1))
@@ -288,16 +249,12 @@ def sft_batch(tokenizer, grids):
     prompts = encode(tokenizer, [prompt_text(g) for g in grids])
     targets = encode(tokenizer, [completion_text(solve(g)) for g in grids])
     T = max(len(p) + len(t) for p, t in zip(prompts, targets))
-    ids = torch.full((len(grids), T), PAD)
-    labels = torch.full((len(grids), T), -100)
-    for b, (p, t) in enumerate(zip(prompts, targets)):
-        ids[b, :len(p) + len(t)] = torch.tensor(p + t)
-        labels[b, len(p):len(p) + len(t)] = torch.tensor(t)
+    ids = torch.tensor([p + t + [PAD] * (T - len(p) - len(t)) for p, t in zip(prompts, targets)])
+    labels = torch.tensor([[-100] * len(p) + t + [-100] * (T - len(p) - len(t)) for p, t in zip(prompts, targets)])
     return ids, labels
 
 def sft(model, tokenizer, cfg, device="cpu"):
     """cfg.steps AdamW steps on fresh training mazes; returns the per-step loss (App. K)."""
-    # Weight decay reaches every parameter, norms included; the paper does not say what it exempts.
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.95), weight_decay=0.01)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 0.5 * (1.0 + math.cos(math.pi * s / cfg.steps)))
     rng = random.Random(cfg.seed)                      # training maze seeds: keyed by --seed only
@@ -322,8 +279,7 @@ def evaluate_mazes(engine, tokenizer, grids, n, seed, max_new_tokens=None, tempe
     """Sample n completions per maze through a rollout engine and count the correct ones.
     Returns {"strict": [c_i], "walk": [c_i], "truncated": [c_i], "first": [text]}: per maze, the samples correct
     under each rule (pass@1 = sum(c) / (n * len(grids))), those stopped for length, and the first one decoded.
-    A maze's samples are seeded by (seed, the maze itself) alone, so they are the same whatever batch, order or
-    rank the maze lands in (train.py splits the mazes over ranks, and a rank may get none)."""
+    A maze's samples are seeded by (seed, the maze itself) alone (why: DESIGN.md, "The maze")."""
     res = {**{key: [0] * len(grids) for key in (*RULES, "truncated")}, "first": [None] * len(grids)}
     if not grids:
         return res
@@ -444,10 +400,9 @@ def main(cfg):
     model = AutoModelForCausalLM.from_pretrained(cfg.out_dir).to(device).eval()
     engine = rollout.TorchEngine(model, pad_token_id=PAD)
     res = evaluate_mazes(engine, tokenizer, heldout, cfg.eval_samples, cfg.seed)
-    total = cfg.eval_samples * len(heldout)
     c, n = res[cfg.maze_reward], cfg.eval_samples
     info["eval"] = dict(mazes=len(heldout), samples=n, temperature=1.0, rule=cfg.maze_reward,
-                        pass1_strict=sum(res["strict"]) / total, pass1_walk=sum(res["walk"]) / total,
+                        **{f"pass1_{rule}": sum(res[rule]) / (n * len(heldout)) for rule in RULES},
                         **{f"pass@{n}_{rule}": pass_at_k_curve(n, res[rule])[n] for rule in RULES},
                         solved_any=sum(x > 0 for x in c) / len(heldout),
                         mixed=sum(0 < x < n for x in c) / len(heldout),

@@ -1,42 +1,12 @@
 """
-Verifiable rewards and the data behind them: math answers checked by math-verify (training and
-evaluation share is_correct), the DeepScaleR loader with the paper's filter; chat prompts per model family
-(Sec. 5.3, App. L, Table 9); GPQA's boxed letter (gpqa_letter). IFEval's checkers live in fgrpo_utils/ood.py.
+Verifiable rewards and the data behind them: math answers checked by math-verify (is_correct; Scorer runs it in a
+process pool behind a cache), the DeepScaleR loader with the paper's filter; chat prompts per model family (Sec. 5.3,
+App. L, Table 9); GPQA's boxed letter (gpqa_letter). IFEval's checkers live in fgrpo_utils/ood.py. Where the paper is
+silent, the choices are DESIGN.md's: "The reward" and "Training data (DeepScaleR) and prompts".
 
     python -c "import reward; print(reward.is_correct('so \\\\boxed{\\\\dfrac34}', '0.75'))"   # True
     python -m pytest -q tests/test_reward.py
     python bench/reward_scoring.py                      # Scorer (pool + cache) vs naive math-verify
-
-The batch Scorer (and score_batch, one per process, for train.py) runs is_correct's judge() in a
-process pool behind a (gold, answer) cache.
-
-Choices where the paper is silent, and what we chose:
-1) Extraction. The answer region is the text after the last </think>; a <think> that never closes
-   (reasoning cut off by the length limit) has no answer. In that region only the LAST \\boxed{} or
-   \\fbox{} counts (nested braces fine): an empty, unclosed or unparseable last box is wrong even if
-   an earlier box was right. With no box, math-verify's answer-phrase extraction ("final answer is
-   $X$. I hope...", "Answer: X", "the answer is X") reads the region's last 2,000 characters one
-   sentence at a time from the end; the first sentence where it finds an answer holds it ("The answer
-   is 27. Note that 28 was ruled out." answers 27). Per sentence, because on a whole line its patterns
-   reach into the next sentence ("the answer is 5. Check: 2 + 4 = 6" -> 6). Where it finds nothing in
-   that sentence (bare LaTeX, "the answer is \\sqrt{2}.") or the phrase holds e-notation, the rest of
-   the phrase, cut at the sentence's end, is read as a box. We do not fall back to "the last number in
-   the text" (verl's math-verify scorer does): on a truncated output that credits an intermediate number.
-2) Equivalence: math-verify's verify(gold, pred), gold first. The gold (parsed once, lru_cache) and a
-   boxed answer are parsed as \\boxed{...} with its LaTeX and plain-expression extractors, both with
-   e-notation 3.83e35 -> 3.83\\times10^{35} (math-verify reads e as Euler's number; Minerva golds use it).
-3) Bounded time. Boxed answers over 1,000 characters are unparseable without parsing; without a box
-   only 2,000 characters are searched, and only the one sentence whose phrase matched goes on to sympy.
-   math-verify's SIGALRM timeouts (5 s to parse, 5 s to compare) bound the rest. SIGALRM works only
-   in a main thread, so is_correct raises RuntimeError in any other thread: a thread must use a
-   Scorer, whose worker processes call math-verify in their own main threads. A hang the signal
-   cannot interrupt (C code) meets the Scorer's outer backstop, which kills and rebuilds the pool.
-4) Training data: malformed rows stop the load with file:line; duplicated problems (whitespace-
-   normalised) keep one copy when their answers agree and lose every copy when not; gold answers with
-   no mathematical parse are dropped (counted); formatted prompts over 1,024 tokens are dropped.
-5) Prompts: each family's chat template with Table 9's system prompt; Qwen3 thinking on for
-   math/GPQA, off for IFEval; Llama's date line fixed to the template's default "26 Jul 2024" so that
-   prompts do not change with the calendar. Stop tokens are explicit per family (FAMILIES).
 """
 import atexit
 import base64
@@ -66,10 +36,10 @@ FAMILIES = {"qwen2.5": dict(stop=("<|im_end|>", "<|endoftext|>"), max_new_tokens
             "llama3": dict(stop=("<|eot_id|>", "<|end_of_text|>", "<|eom_id|>"), max_new_tokens=8192)}
 
 # -----------------------------------------------------------------------------
-# Answer extraction (choice 1) and equivalence (choices 2-3)
+# Answer extraction and equivalence (DESIGN.md, "The reward")
 _BOX = re.compile(r"\\(?:boxed|fbox)\s*\{")
-_ANSWER_IS = re.compile(r"(?i)answer\s*(?:is|:)\s*:?\s*([^\n]+)")
 _ANSWER_ANCHOR = re.compile(r"(?i)answer\s*(?:is|:)\s*:?\s*")
+_ANSWER_IS = re.compile(_ANSWER_ANCHOR.pattern + r"([^\n]+)")
 # A sentence ends at white space after . ! or ? when a capital (or markdown ** or #) follows, or at a
 # line break before a capitalised word. Not inside "3.5", and not before "$$", "\\]" or "P = ..." on
 # the lines of a display, so "the answer is\n\\[\nP = \\frac34\n\\]" stays one sentence.
@@ -102,12 +72,9 @@ def last_box(text):
     return ""
 
 def verifier_input(completion):
-    """What math-verify reads as the final answer (choice 1), or None: '\\boxed{X}' for the last box X,
-    else the answer region's last ANSWER_TAIL_CHARS characters (_parse reads them). No math-verify here
-    (pure string work), so the Scorer can call it in any thread and cache on its result.
-    >>> verifier_input("first \\\\boxed{1}, then \\\\boxed{\\\\frac{1}{2}}")
-    '\\\\boxed{\\\\frac{1}{2}}'
-    """
+    """What math-verify reads as the final answer, or None: '\\boxed{X}' for the last box X, else the
+    answer region's last ANSWER_TAIL_CHARS characters (_parse reads them). No math-verify here (pure
+    string work), so the Scorer can call it in any thread and cache on its result."""
     text = answer_region(completion)
     box = last_box(text)
     if box is None:
@@ -117,10 +84,7 @@ def verifier_input(completion):
 
 def extract_answer(completion):
     """The final answer's own text, or None: the last box's content; with no box, what follows the
-    last "answer is" / "Answer:" on its line. gpqa_letter reads it; math is judged on verifier_input.
-    >>> extract_answer("first \\\\boxed{1}, then \\\\boxed{\\\\frac{1}{2}}")
-    '\\\\frac{1}{2}'
-    """
+    last "answer is" / "Answer:" on its line. gpqa_letter reads it; math is judged on verifier_input."""
     text = answer_region(completion)
     box = last_box(text)
     return phrase_answer(text[-ANSWER_TAIL_CHARS:]) if box is None else box or None
@@ -134,33 +98,24 @@ def gpqa_letter(completion):
 def phrase_answer(text):
     """What follows the last "answer is" / "Answer:" in text, up to the line's end, without markdown
     bold, dollars or a final full stop; None if there is no such phrase."""
-    hits = _ANSWER_IS.findall(text)
-    if not hits:
-        return None
-    ans = hits[-1].strip().strip("*").strip().strip("$").strip().rstrip(".").strip("$").strip()
-    return ans or None
+    hits = _ANSWER_IS.findall(text) or [""]
+    return hits[-1].strip().strip("*").strip().strip("$").strip().rstrip(".").strip("$").strip() or None
 
 def answer_clause(sentence):
     """The sentence up to the end of its last answer phrase's own clause (_CLAUSE_END): what follows is a
     justification or a check, whose numbers math-verify's anchored patterns would read as the answer."""
     hits = list(_ANSWER_ANCHOR.finditer(sentence))
-    if not hits:
-        return sentence
-    start = hits[-1].end()                          # the last phrase: "3, and the answer is 4" -> 4
-    cut = _CLAUSE_END.search(sentence, start)
+    cut = hits and _CLAUSE_END.search(sentence, hits[-1].end())    # the last phrase: "3, and the answer is 4" -> 4
     return sentence[:cut.start()] if cut else sentence
 
 def _as_box(ans):
-    """ans as a box for math-verify, e-notation rewritten: 3.83e35 -> 3.83\\times10^{35} (choice 2)."""
+    """ans as a box for math-verify, e-notation rewritten: 3.83e35 -> 3.83\\times10^{35}."""
     m = _E_NOTATION.match(ans)
     return "\\boxed{" + (f"{m.group(1)}\\times10^{{{m.group(2)}}}" if m else ans) + "}"
 
 def _parse(text):
-    """math-verify's parse of verifier_input's text, or of a gold as a box -> (parses, status).
-    A box is read whole, by every extractor; other text one sentence at a time from the end (choice 1),
-    by the answer-phrase extractors only (never "the last number": try_extract_without_anchor=False),
-    math-verify's priorities deciding within the sentence. Whole, "the answer is 5. Check: 2 + 4 = 6"
-    would answer 6 (the last "=" within 100 characters of "answer")."""
+    """math-verify's parse of verifier_input's text, or of a gold as a box -> (parses, status). A box is read whole,
+    by every extractor; other text by sentence from the end, answer-phrase extractors only (DESIGN.md, Fallback)."""
     # Off the main thread math-verify's alarm fails and would read as "unparseable", a silent 0: refuse.
     if threading.current_thread() is not threading.main_thread():
         raise RuntimeError("reward.is_correct needs the main thread (math-verify times out with SIGALRM); "
@@ -173,8 +128,7 @@ def _parse(text):
             out, status = _mv_parse(sentence, anchored=True)
             ans = phrase_answer(sentence)
             if ans and (status == "unparseable" or _E_NOTATION.match(ans)):
-                # math-verify reads bare LaTeX only in a box ("the answer is \sqrt{2}.", "x^2+1.")
-                # and e-notation only as we rewrite it: read the rest of this sentence's phrase as one.
+                # bare LaTeX or e-notation: read the phrase's rest as a box (DESIGN.md, "The reward", Fallback)
                 out, status = _mv_parse(_as_box(ans), anchored=False)
             if status != "unparseable":
                 return out, status
@@ -218,15 +172,10 @@ def judge(gold, text):
 
 def is_correct(completion, gold):
     """True iff math-verify finds the completion's final answer equal to `gold` (reward 1.0 / 0.0), for
-    training and evaluation. Main thread only (SIGALRM): elsewhere use Scorer, same logic in workers.
+    training and evaluation. Main thread only (SIGALRM): elsewhere use Scorer, same logic in workers. Without a box:
+    DESIGN.md, "The reward", Fallback (tests/test_reward.py has the cases).
     >>> is_correct("... so the total is \\\\boxed{\\\\frac{3}{4}}", "0.75")
     True
-    >>> is_correct("The final answer is $28$. I hope it is correct.", "28")    # no box: answer phrase
-    True
-    >>> is_correct("So the answer is 5. Check: 2 + 4 = 6.", "6")   # only the phrase's sentence counts
-    False
-    >>> is_correct("... the total is 3/4", "0.75")        # no box, no answer phrase: no answer
-    False
     """
     return judge(gold, verifier_input(completion))[0]
 
@@ -235,14 +184,11 @@ def is_correct(completion, gold):
 def _judge_many(keys):
     return [judge(g, a) for g, a in keys]
 
-class Scorer:
-    """Math rewards for many completions: score(completions, golds) -> (rewards, stats). Only distinct
-    (gold, answer) pairs not seen before go to the worker pool: a 1,024-sample evaluation that repeats
-    "42" 900 times verifies it once. stats (logged as reward/<key>): unparseable, timeouts and
-    cache_hits (a known pair), each a count of completions. workers=0 scores in this process (main
-    thread only). Workers start with forkserver (spawn where unavailable): forking CUDA is unsafe.
-    backstop_s: outer wait per key of a chunk (plus one), past SIGALRM's own bound; fn: what a worker
-    runs on a chunk of keys (tests swap in one that hangs). Use `with Scorer() as s:` or close()."""
+class Scorer(contextlib.AbstractContextManager):
+    """Math rewards for many completions: score(completions, golds) -> (rewards, stats); the cache, the
+    backstop and the stats are DESIGN.md's "Batch scoring". workers=0 scores in this process (main thread
+    only). Workers start with forkserver (spawn where unavailable): forking CUDA is unsafe. backstop_s:
+    outer wait per key of a chunk (plus one); fn: what a worker runs on a chunk (tests swap in a hang)."""
 
     def __init__(self, workers=2, chunk_size=16, backstop_s=3 * TIMEOUT_S + 1, cache_size=2_000_000, fn=None):
         self.workers, self.chunk_size, self.backstop_s = workers, chunk_size, backstop_s
@@ -264,9 +210,6 @@ class Scorer:
             self.pool.terminate()                       # also ends a worker stuck in C code
             self.pool.join()
             self.pool = None
-
-    def __enter__(self):
-        return self
 
     def __exit__(self, *exc):
         self.close()
@@ -298,8 +241,7 @@ class Scorer:
                 with contextlib.suppress(Exception):    # mp.TimeoutError, or a worker that crashed
                     out.update(zip(chunk, res.get(timeout=self.backstop_s * (len(chunk) + 1))))
                     continue
-                # A worker hangs: keep what finished, kill the pool, retry the rest; the hung chunk
-                # goes back one key at a time so that only the culprit ends as a timeout.
+                # A worker hangs: keep what finished, kill the pool, retry the rest, the hung chunk key by key
                 for ch, r in pending[idx + 1:]:
                     if r.ready() and r.successful():
                         out.update(zip(ch, r.get()))
@@ -324,8 +266,9 @@ def score_batch(completions, golds, workers=2):
     return _SCORER.score(completions, golds)
 
 # -----------------------------------------------------------------------------
-# Data: jsonl with file:line errors, DeepScaleR and the paper's filter (choice 4)
+# Data: jsonl with file:line errors, DeepScaleR and the paper's filter
 DEEPSCALER_HUB = "agentica-org/DeepScaleR-Preview-Dataset"
+HUB_DATA = ("deepscaler", DEEPSCALER_HUB)              # --data values that name DeepScaleR on the hub
 
 def load_jsonl(path, required=("problem", "answer")):
     """Rows of a jsonl file. A line that is not UTF-8 or not JSON, or a missing/empty required field,
@@ -354,18 +297,13 @@ def load_jsonl(path, required=("problem", "answer")):
             rows.append(row)
     return rows
 
-# `datasets` is needed only for the hub path, so it is not in requirements.txt (CPU users and CI run on
-# local jsonl files); GPU nodes get it from requirements-gpu.txt.
+# `datasets` is needed only for the hub path, so it is not in requirements.txt (DESIGN.md, "Training data").
 DATASETS_MISSING = ("loading DeepScaleR from the hub needs the `datasets` package: pip install -r "
                     "requirements-gpu.txt (or pip install datasets); or pass a local jsonl")
 
-def is_hub_data(source):
-    """Whether a --data value names DeepScaleR on the hub rather than a local jsonl."""
-    return source in ("deepscaler", DEEPSCALER_HUB)
-
 def load_train_rows(source):
     """DeepScaleR rows from a local jsonl or, only when asked by name, from the hub via `datasets`."""
-    if not is_hub_data(source):
+    if source not in HUB_DATA:
         return load_jsonl(source)
     try:
         import datasets
@@ -387,39 +325,20 @@ def load_training_problems(source, tokenizer, max_prompt_tokens=1024, family=Non
     return [{"prompt_ids": i, "gold": r["answer"], "problem": r["problem"]} for i, r in zip(ids, kept)]
 
 def make_task(cfg, tokenizer, model_type):
-    """--task math (train.py's TASKS): math_task of --data, at least --prompts_per_step after the filter."""
-    task = math_task(tokenizer, cfg.data, model_family(model_type), cfg.max_prompt_len, cfg.max_response_len,
-                     cfg.seed)
-    check(task.num_prompts >= cfg.prompts_per_step, f"--data {cfg.data}: {task.num_prompts} problems "
-          "survive the filter, fewer than --prompts_per_step")
-    return task
-
-def check_flags(cfg):
-    """train.py's check of --data, before any work: a local file that exists, parses (file:line of the
-    first bad row) and holds at least --prompts_per_step problems; a hub id needs no file."""
-    if is_hub_data(cfg.data):
-        return
-    check(Path(cfg.data).is_file(), f"--data {cfg.data}: no such file")
-    rows = load_jsonl(cfg.data)
-    check(len(rows) >= cfg.prompts_per_step, f"--data {cfg.data}: {len(rows)} problems, fewer than "
-          f"--prompts_per_step {cfg.prompts_per_step}")
-
-def needed_packages(cfg):
-    """Beyond requirements.txt, as (package, needed, flag, fix): `datasets`, for DeepScaleR from the hub."""
-    return [("datasets", is_hub_data(cfg.data), f"--data {cfg.data}", DATASETS_MISSING)]
-
-def math_task(tokenizer, source, family, max_prompt_len, max_response_len, seed):
-    """Math as a Task (fgrpo_utils.task): the filtered problems of `source` in a fresh permutation per
-    epoch keyed by seed, the math-verify reward, no held-out set during training."""
+    """--task math (train.py's TASKS) as a Task (fgrpo_utils.task): the filtered problems of --data, at least
+    --prompts_per_step, in a fresh permutation per epoch keyed by --seed, the math-verify reward, no held-out set."""
     from rollout import mix_seed                   # not at the top: scorer workers need no torch
-    problems = load_training_problems(source, tokenizer, max_prompt_len, family=family)
+    family = model_family(model_type)
+    problems = load_training_problems(cfg.data, tokenizer, cfg.max_prompt_len, family=family)
+    check(len(problems) >= cfg.prompts_per_step, f"--data {cfg.data}: {len(problems)} problems "
+          "survive the filter, fewer than --prompts_per_step")
     order = []                                     # order[epoch]: that epoch's permutation
 
     def prompt(i):
         epoch, j = divmod(i, len(problems))
         while len(order) <= epoch:
             perm = list(range(len(problems)))
-            random.Random(mix_seed(seed, len(order))).shuffle(perm)
+            random.Random(mix_seed(cfg.seed, len(order))).shuffle(perm)
             order.append(perm)
         p = problems[order[epoch][j]]
         return p["prompt_ids"], p["gold"]
@@ -428,13 +347,25 @@ def math_task(tokenizer, source, family, max_prompt_len, max_response_len, seed)
         return score_batch(tokenizer.batch_decode(completions, skip_special_tokens=True), golds)
 
     return Task(prompt, score, stop_token_ids=stop_token_ids(tokenizer, family),
-                max_new_tokens=max_response_len, show=tokenizer.decode, num_prompts=len(problems))
+                max_new_tokens=cfg.max_response_len, show=tokenizer.decode, num_prompts=len(problems))
+
+def check_flags(cfg):
+    """train.py's check of --data, before any work: a local file that exists, parses (file:line of the
+    first bad row) and holds at least --prompts_per_step problems; a hub id needs no file."""
+    if cfg.data in HUB_DATA:
+        return
+    check(Path(cfg.data).is_file(), f"--data {cfg.data}: no such file")
+    rows = load_jsonl(cfg.data)
+    check(len(rows) >= cfg.prompts_per_step, f"--data {cfg.data}: {len(rows)} problems, fewer than "
+          f"--prompts_per_step {cfg.prompts_per_step}")
+
+def needed_packages(cfg):
+    """Beyond requirements.txt, as (package, needed, flag, fix): `datasets`, for DeepScaleR from the hub."""
+    return [("datasets", cfg.data in HUB_DATA, f"--data {cfg.data}", DATASETS_MISSING)]
 
 def filter_math_train(rows, tokenizer, family, max_prompt_tokens=1024, log=print):
-    """The paper's filter (Sec. 5.3; choice 4) -> (kept rows, report of counts). Gold answers with no
-    mathematical parse are dropped (they could only ever score 0); prompt length uses the model's own
-    tokenizer and chat template. Paper: 39,202 kept of DeepScaleR's 40,315; our 10,110-row partial set
-    keeps 10,090 for Qwen."""
+    """The paper's filter (Sec. 5.3; DESIGN.md, "Training data") -> (kept rows, report of counts). Paper:
+    39,202 kept of DeepScaleR's 40,315; our 10,110-row partial set keeps 10,090 for Qwen."""
     groups = defaultdict(list)
     for r in rows:
         groups[" ".join(r["problem"].split())].append(r)
@@ -454,7 +385,7 @@ def filter_math_train(rows, tokenizer, family, max_prompt_tokens=1024, log=print
     return kept, report
 
 # -----------------------------------------------------------------------------
-# Prompts and tokenizers per model family (choice 5; Table 9)
+# Prompts and tokenizers per model family (Table 9)
 # The Llama 3.2 Instruct template (no tools): the date header is always there, the system text follows.
 LLAMA32_TEMPLATE = (
     "{{- bos_token }}{%- if messages[0]['role'] == 'system' %}{%- set system_message = messages[0]"

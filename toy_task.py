@@ -7,13 +7,8 @@ A toy task for train.py, written as the example to copy: reverse three digits.
 Prompt `<bos> 3 1 4 =`, answer `4 1 3 <eos>`. The reward is the fraction of the answer's four tokens in place:
 partial, in [0, 1], so even a random policy gets groups whose rewards differ (fgrpo_utils.task.Task: mu_hat, Eq. 11).
 
-A new task is this file, copied, plus one row in train.py's TASKS:
-1) copy this file to my_task.py; change VOCAB, prompt(i), score() and max_new_tokens (and this docstring);
-2) in train.py, beside `import toy_task`, add `import my_task`, and to TASKS the row
-       "my_task": TaskEntry(my_task.make_task, tokenizer=my_task.build_tokenizer),
-   (TaskEntry's `flags`: the task flags it reads, if any; every other task flag is then refused);
-3) run `python train.py --task my_task --model tiny --device cpu --steps 2`: no tokenizer folder is
-   needed, --model tiny builds a random policy for this vocabulary. tests/test_tasks.py checks this one.
+A new task is this file, copied (change VOCAB, prompt(i), score() and max_new_tokens), plus one row in
+train.py's TASKS: README.md, "Add a task or change the weighting", step by step.
 """
 import random
 

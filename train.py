@@ -15,28 +15,23 @@ Writes in --out_dir: run.json, metrics.jsonl, ckpt/step_NNNNNN (DCP checkpoints,
 Hugging Face model folders: final, epoch_E after every epoch of the math data, step_NNNNNN every
 --export_every steps (checkpoint selection, App. L.4, picks from them: evaluate.py --models 'out/train/epoch_*').
 
-One step (rl_step): rollouts -> rewards -> mu_hat and focal weight g -> advantages -> old log-probs ->
-mini-batch updates with the global token count -> weight sync -> one log line. Every rank runs the same
-code; one process still starts a (one-member) process group, so 1 CPU process and 8 GPUs share every line.
-
+One step (rl_step): rollouts -> rewards -> mu_hat and focal weight g -> advantages -> mini-batches -> old
+log-probs -> an update per mini-batch with the global token count -> weight sync -> one log line. Every rank
+runs the same code: one process starts a (one-member) process group, so 1 CPU process and 8 GPUs share it.
 Read top-down: Config, TASKS, main -> train_loop -> rl_step -> update_minibatch; what is not the RL
 is one call into fgrpo_utils/ (preflight, distributed, policy, logprob, run_folder, metrics, memory_plan).
 
-At the paper's scale (memory_plan.py), on CUDA: vLLM rollouts (--engine auto), per-layer activation
-checkpointing (--grad_checkpointing auto), micro-batches of at most --micro_batch_tokens, log-probs
-without the whole (tokens, vocabulary) logits (logprob.py), the K newest checkpoints (--keep_checkpoints).
-
-Defaults are Table 5 (Qwen2.5-7B, N = 8, 256 prompts a step, mini-batches of 64 prompts,
-lr 1e-6 after 15 warm-up steps, AdamW (0.9, 0.999) wd 0.01, grad clip 1.0, T = 1, no KL, token-mean).
+At the paper's scale, on CUDA: vLLM rollouts, per-layer activation checkpointing, micro-batches of at most
+--micro_batch_tokens, log-probs without the (tokens, vocabulary) logits, the K newest checkpoints (memory_plan.py).
+Defaults are Table 5's.
 
 Deviations from the paper that live here, numbered as in the README's list:
-1) Eq. 3 uses the unbiased std and eps = 1e-6; a dual clip c = 3 and a +-20 log-ratio clamp apply
-   (verl defaults). Groups with X in {0, N} stay in the batch with A = 0 and count in the token mean.
+1) Eq. 3 uses the unbiased std and eps = 1e-6; a dual clip c = 3 and a +-20 log-ratio clamp apply (verl's).
+   Groups with X in {0, N} stay in the batch with A = 0 and count in the token mean.
 2) "dapo" is GRPO + clip-higher (0.2/0.28) + token-mean: no dynamic sampling, no overlong shaping.
 3) The rollout engine is ours (TorchEngine) or vLLM, not sglang; sampling is T = 1, top-p 1, no top-k.
 4) Warm-up is linear from lr/15 (not from 0, which would waste step 0) and steps once per RL step.
-5) Old log-probs are recomputed by the trainer; with one mini-batch per step the update is exactly
-   on-policy, so we reuse the first forward pass (ratio == 1) instead of a second one.
+5) Old log-probs are the trainer's; a step's first mini-batch reuses its first forward (ratio == 1).
 """
 import gc
 import math
@@ -58,9 +53,10 @@ from advantage import (CLIP_EPS, LOSS_AGG, TIS_LEVELS, WEIGHTINGS, aggregate, cl
                        unlikely_rewards, weighted_advantages)
 from fgrpo_utils import memory_plan, policy, preflight
 from fgrpo_utils.cli import parse_config
-from fgrpo_utils.distributed import all_max, all_sum, balance_ranks, batch_problems, init_dist, print0
+from fgrpo_utils.distributed import (all_max, all_sum, balance_ranks, batch_problems, init_dist, pass_rows,
+                                    pass_tokens, print0, token_bins)
 from fgrpo_utils.logprob import pack, padded, policy_logp
-from fgrpo_utils.metrics import StepResult, Stopwatch, step_metrics
+from fgrpo_utils.metrics import StepResult, Stopwatch, log_line, step_metrics
 from fgrpo_utils.run_folder import (DiskTrouble, check_run, due_exports, export, progress, resume_from, save_checkpoint,
                                     start_logging)
 from fgrpo_utils.task import TaskEntry
@@ -172,8 +168,6 @@ TASKS = {
 
 def main(cfg):
     entry = TASKS[cfg.task]
-    if cfg.plan:                          # --plan true: the memory plan for these flags, nothing else
-        return memory_plan.main(cfg, entry)
     # 0) set up: checks, process group, tokenizer, policy + engine (+ reference), optimizer, task, resume
     preflight.check_environment(cfg, entry)          # packages, the device, engine flags: one line, exit 2
     if cfg.threads:
@@ -187,8 +181,11 @@ def main(cfg):
     ckpt, meta = check_run(cfg, out, batch_problems(cfg, world))   # out_dir locked, checked, --resume's checkpoint
     tokenizer = load_tokenizer(cfg)
     pad = reward.pad_id(tokenizer)
-    print0(describe(cfg, world, device))
-    model, ref_model, engine, opt = build(cfg, tokenizer, pad, device)
+    lo, hi = clip_bounds(cfg.loss, cfg.eps_low, cfg.eps_high)
+    print0(f"loss {cfg.loss}: ratio bounds [{lo:.2f}, {hi:.2f}]"
+           + (" (CISPO weight bounds)" if cfg.loss == "cispo" else f", dual clip {cfg.dual_clip}")
+           + f" | gamma {cfg.gamma} | N {cfg.group_size} | world {world} | device {device}")
+    model, ref_model, engine, opt = build_models(cfg, tokenizer, pad, device)
     task = entry.make(cfg, tokenizer, model.config.model_type)
     preflight.check_engine_fits(cfg, engine, task.max_new_tokens, pad)
     start = resume_from(model, opt, ckpt, meta) if ckpt is not None else 0
@@ -213,7 +210,7 @@ def main(cfg):
         dist.destroy_process_group()
 
 def train_loop(cfg, start, task, model, ref_model, engine, opt, logger, tokenizer, out, pad, device, rank, world):
-    """Steps start .. cfg.steps - 1: phases 1-7 of main's loop."""
+    """Steps start .. cfg.steps - 1: rl_step (phases 1-6), then 7) the log line, evaluation, exports, a checkpoint."""
     for step in range(start, cfg.steps):
         # 1) - 6) rollouts, rewards, advantages, updates, weight sync
         r = rl_step(cfg, step, task, model, ref_model, engine, opt, pad=pad, device=device, rank=rank, world=world)
@@ -224,6 +221,7 @@ def train_loop(cfg, start, task, model, ref_model, engine, opt, logger, tokenize
             metrics.update(evaluate_heldout(task, engine, rank, world))
         if rank == 0:
             logger(metrics)
+            print(log_line(metrics, cfg.steps), flush=True)
             if cfg.sample_every and step % cfg.sample_every == 0:
                 print(f"  sample (reward {float(r.R.flatten()[0]):.3g}): {task.show(r.rollouts.token_ids[0])[-300:]!r}",
                       flush=True)
@@ -235,10 +233,9 @@ def train_loop(cfg, start, task, model, ref_model, engine, opt, logger, tokenize
             save_checkpoint(model, opt, step + 1, cfg, out)
 
 def rl_step(cfg, step, task, model, ref_model, engine, opt, *, pad, device, rank, world):
-    """One RL step (0-based `step`) on this rank, phases 1-6 of main's loop: returns the StepResult that
-    step_metrics logs. bench/gpu_check.py times this same function."""
+    """One RL step (0-based `step`) on this rank, phases 1-6: returns the StepResult that step_metrics logs.
+    bench/gpu_check.py times this same function."""
     num_minibatches = cfg.prompts_per_step // cfg.mini_batch_prompts   # optimizer steps per RL step
-    on_policy = num_minibatches == 1
     watch = Stopwatch()
     # 1) rollouts: N per prompt, seeded by (seed, step, prompt index), never by rank
     idx = prompt_indices(cfg, step, rank, world)
@@ -268,35 +265,41 @@ def rl_step(cfg, step, task, model, ref_model, engine, opt, *, pad, device, rank
                         "a task's score or a weighting gave NaN or inf")
     watch.lap("reward")
 
-    # 4) live groups balanced over ranks by tokens; pi_old's log-probs of mini-batches 1.. by the trainer
-    mbs, back, busiest = balance_ranks(cfg, prompts, completions, A.flatten(), live_rows(cfg, A.flatten()),
-                                       num_minibatches, rank, world, carry=rollouts.engine_logp if cfg.tis_cap else None)
+    # 4) mini-batches of whole groups: the k-th holds this rank's share of global mini-batch k (prompt_indices)
+    S = len(completions) // num_minibatches                  # sequences per mini-batch on this rank
+    E = rollouts.engine_logp if cfg.tis_cap else [None] * len(completions)   # for --tis_cap
+    mbs = [(prompts[k * S:(k + 1) * S], completions[k * S:(k + 1) * S], A.flatten()[k * S:(k + 1) * S],
+            E[k * S:(k + 1) * S]) for k in range(num_minibatches)]           # (prompts, completions, A, E)
+    if world > 1:                         # whole live groups move so that every rank forwards about as many tokens
+        mbs, back, busiest = balance_ranks(cfg, mbs, [live_rows(cfg, mb[2]) for mb in mbs], rank, world)
     watch.lap("balance")
+
+    # pi_old's log-probs: mini-batch 0's is its own first forward, before any step (deviation 5); those of
+    # mini-batches 1, 2, .. come from one forward now, while the policy is still pi_old
+    old_logp = [None] * num_minibatches
     model.eval()                          # inference only; the update below runs in training mode
-    if not on_policy:                     # mini-batch 0's pi_old is its own first forward: no step precedes it
-        P, C = [p for mb in mbs[1:] for p in mb[0]], [c for mb in mbs[1:] for c in mb[1]]
-        old_logp = old_log_probs(model, P, C, cfg, pad, device,
-                                 keep=live_rows(cfg, torch.cat([mb[2] for mb in mbs[1:]])))
+    if num_minibatches > 1:
+        P, C, adv = ([x for mb in mbs[1:] for x in mb[j]] for j in (0, 1, 2))
+        rest = iter(old_log_probs(model, P, C, cfg, pad, device, keep=live_rows(cfg, torch.stack(adv))))
+        old_logp[1:] = [[next(rest) for _ in mb[1]] for mb in mbs[1:]]
     watch.lap("old_logp")
 
-    # 5) one optimizer step per mini-batch of whole groups
+    # 5) one optimizer step per mini-batch
     lr = cfg.lr * min(1.0, (step + 1) / cfg.warmup_steps) if cfg.warmup_steps else cfg.lr
-    update_stats, grad_norms, pi_old, at = {}, [], [], 0
+    update_stats, grad_norms = {}, []
     model.train()                         # activation checkpointing acts only in training mode
-    for k, (P, C, adv, _, E) in enumerate(mbs):    # E: the engine's log-probs, for --tis_cap
-        first = on_policy or k == 0       # this forward IS pi_old (deviation 5): the ratio is exactly 1
-        stats, logp = update_minibatch(model, ref_model, P, C, adv, None if first else old_logp[at:at + len(C)],
-                                       on_policy=first, cfg=cfg, pad_id=pad, device=device, world=world,
-                                       max_len=task.max_new_tokens, engine_logp=E if cfg.tis_cap else None)
+    for k, (P, C, adv, E) in enumerate(mbs):
+        stats, logp = update_minibatch(model, ref_model, P, C, adv, old_logp[k], cfg=cfg, pad_id=pad, device=device,
+                                       world=world, max_len=task.max_new_tokens, engine_logp=E if cfg.tis_cap else None)
+        old_logp[k] = logp if old_logp[k] is None else old_logp[k]      # mini-batch 0's: its first forward
         grad_norms.append(clip_and_step(model, opt, cfg, lr))
-        pi_old += logp if first else old_logp[at:at + len(C)]
-        at += 0 if first else len(C)
         for key, v in stats.items():
             update_stats[key] = (max(update_stats.get(key, 0.0), v) if key == "ratio/max"
                                  else update_stats.get(key, 0.0) + v / num_minibatches)
     model.eval()
-    old_logp = back(pi_old)
+    old_logp = [lp for mb in old_logp for lp in mb]      # per completion, in mbs' order
     if world > 1:
+        old_logp = back(old_logp)                         # each rank's own, in its rollouts' order
         update_stats["balance/busiest_before"], update_stats["balance/busiest"] = busiest
         update_stats["balance/lockstep"] = lockstep(cfg, mbs, world)
     watch.lap("train")
@@ -328,44 +331,39 @@ def prompt_indices(cfg, step, rank, world):
 # -----------------------------------------------------------------------------
 # The update: token-mean over the whole mini-batch, across micro-batches and ranks
 
-def update_minibatch(model, ref_model, prompts, completions, A, old_logp, *, on_policy, cfg, pad_id, device,
-                     world, max_len=None, engine_logp=None):
+def update_minibatch(model, ref_model, prompts, completions, A, old_logp, *, cfg, pad_id, device, world,
+                     max_len=None, engine_logp=None):
     """Accumulate the gradient of one mini-batch of whole groups (the caller steps the optimizer).
 
     prompts, completions: token-id lists, N consecutive sequences a group; A: (S,) advantages; old_logp: per-
-    sequence log-probs under pi_old, or None when on_policy: the first forward IS pi_old (deviation 5), ratio 1.
+    sequence log-probs under pi_old, or None: then the first forward IS pi_old (deviation 5) and the ratio is 1.
     max_len: seq-mean-token-sum-norm's budget; ref_model: for --kl_coef > 0; engine_logp: the engine's per-
-    sequence log-probs for --tis_cap (None: off), which makes the advantages w_t A (advantage.tis_weights).
-    The sequences live_rows(cfg, A) keeps are forwarded in micro_batches(cfg, ...), laid out by micro_batch and
-    scored by policy_logp with entropy (groups without signal add exactly 0, skipped but counted). The loss
-    (policy_loss, Eqs. 14-16; - entropy_coef x aggregated entropy, GRPO-H; + kl_coef x aggregated kl_k3, GRPO-KL)
-    of each micro-batch divides by the mini-batch's GLOBAL token and sequence counts (all_sum, skipped ones
-    included): the accumulated gradient is the exact mini-batch loss's however it is cut (App. B / L.2); x world
-    undoes FSDP's mean over ranks. Every rank makes as many passes: [] is an idle pass of weight 0 (micro_batch).
-    Returns (metrics, first_logp). metrics, over all ranks: policy_loss's diagnostics, "entropy" (and
-    "tis/mean", "tis/capped") as token means over the live tokens; "loss/pg" the policy losses summed; "kl/k3";
-    "ratio/max"; "skip/live_frac" the live sequences' share. first_logp: each completion's log-probs from this
-    forward (1-D CPU tensors), None for a skipped one.
+    sequence log-probs for --tis_cap (None: off), which make the advantages w_t A (advantage.tis_weights).
+    The sequences live_rows keeps are forwarded in micro_batches' passes; each pass's loss (policy_loss,
+    Eqs. 14-16; - entropy_coef x entropy, GRPO-H; + kl_coef x kl_k3, GRPO-KL) divides by the mini-batch's
+    GLOBAL token and sequence counts (all_sum, skipped groups included), so the accumulated gradient is the
+    mini-batch loss's however it is cut (App. B / L.2); x world undoes FSDP's mean over ranks.
+    Returns (metrics, logp). metrics, over all ranks: policy_loss's diagnostics, "entropy" (and "tis/mean",
+    "tis/capped") as token means over the live tokens; "loss/pg" the policy losses summed; "kl/k3";
+    "ratio/max"; "skip/live_frac" the live sequences' share. logp: each completion's log-probs from this
+    forward, before the step (pi_old when old_logp is None): 1-D CPU tensors, None for a skipped one.
     """
-    assert on_policy == (old_logp is None), "on-policy updates reuse the first forward; others need old_logp"
     keep = live_rows(cfg, A)
     counts = all_sum([sum(len(c) for c in completions), len(completions),
                       sum(len(completions[i]) for i in keep), len(keep)]).tolist()
     n_tok, n_seq = (torch.tensor(c, device=device, dtype=torch.float32) for c in counts[:2])
     diag_scale = counts[0] / max(counts[2], 1)            # token means over the live tokens
-    agg = dict(loss_agg=cfg.loss_agg, num_tokens=n_tok, num_seqs=n_seq,
-               max_len=max_len or cfg.max_response_len)
-    sums, first_logp = {}, [None] * len(completions)
-    for mb in micro_batches(cfg, prompts, completions, keep):
-        live = bool(mb)                     # an empty one only joins the collectives: weight 0
+    agg = dict(loss_agg=cfg.loss_agg, num_tokens=n_tok, num_seqs=n_seq, max_len=max_len or cfg.max_response_len)
+    on_policy, first_logp = old_logp is None, [None] * len(completions)
+
+    def pass_loss(mb):                      # one pass's loss and diagnostics; [] is an idle pass
         batch = micro_batch(cfg, prompts, completions, mb, pad_id, device)
-        mb = mb or [0]
         mask = batch["completion_mask"]                                              # (b, Tc)
         logp, H_tok = policy_logp(model, batch, cfg.temperature, entropy=True)       # (b, Tc) each
-        old = logp.detach() if on_policy or not live else padded([old_logp[i] for i in mb], logp)  # (b, Tc)
-        adv = A[mb].to(device)                                                       # (b,)
+        old = padded([old_logp[i] for i in mb], logp) if mb and not on_policy else logp.detach()   # (b, Tc)
+        adv = A[mb or [0]].to(device)                                                # (b,)
         if engine_logp is not None:                    # --tis_cap: the engine-trainer correction, per token
-            eng = padded([torch.as_tensor(engine_logp[i]) for i in mb], logp) if live else old     # (b, Tc)
+            eng = padded([torch.as_tensor(engine_logp[i]) for i in mb], logp) if mb else old      # (b, Tc)
             w, capped = tis_weights(old, eng, mask, cfg.tis_cap, cfg.tis_level)     # (b, Tc) each
             adv = adv[:, None] * w
         loss, diag = policy_loss(logp, old, adv, mask, cfg.loss, cfg.eps_low, cfg.eps_high,
@@ -383,26 +381,34 @@ def update_minibatch(model, ref_model, prompts, completions, A, old_logp, *, on_
             kl = kl_k3(logp, ref_logp)
             loss = loss + cfg.kl_coef * aggregate(kl, mask, **agg)
             diag["kl/k3"] = token_mean(kl.detach(), mask, n_tok)
-        (loss * (world if live else 0.0)).backward()
-        for i, lp in zip(mb if live else [], logp.detach().cpu()):
+        return loss, diag, logp.detach().cpu()
+
+    sums, passes = {}, micro_batches(cfg, prompts, completions, keep)
+    for mb in [mb for mb in passes if mb]:
+        loss, diag, logp = pass_loss(mb)
+        (loss * world).backward()           # each pass's graph freed as soon as it is done
+        for i, lp in zip(mb, logp):
             first_logp[i] = lp[:len(completions[i])]
-        for k, v in diag.items():           # every rank sums the same keys (a weight-0 pass adds 0)
-            v = float(v) if live else 0.0
-            sums[k] = max(sums.get(k, 0.0), v) if k == "ratio/max" else sums.get(k, 0.0) + v
+        for k, v in diag.items():
+            sums[k] = max(sums.get(k, 0.0), float(v)) if k == "ratio/max" else sums.get(k, 0.0) + float(v)
+    # Idle passes: every rank makes as many passes as the busiest (FSDP's collectives wait for all), an idle
+    # one of weight 0; it also gives a rank without live rows the metrics' keys, which all_sum lines up
+    for _ in range(len(passes) - sum(map(bool, passes))):
+        loss, diag, _ = pass_loss([])
+        (loss * 0.0).backward()
+        for k in diag:
+            sums.setdefault(k, 0.0)
     ratio_max = sums.pop("ratio/max")
     out = dict(zip(sums, all_sum(list(sums.values())).tolist()))
     out["ratio/max"] = float(all_max(ratio_max))
     out["skip/live_frac"] = counts[3] / max(counts[1], 1)
     return out, first_logp
 
-def skip_dead(cfg):
-    """Whether groups without signal may skip the update: exact unless a term needs every token."""
-    return cfg.skip_dead_groups and cfg.kl_coef == 0 and cfg.entropy_coef == 0
-
 def live_rows(cfg, A):
-    """The sequences the update must forward: all, or with skip_dead(cfg) those of groups (N
-    consecutive sequences) with some A != 0. A: (S,) advantages of this rank's whole groups."""
-    if not skip_dead(cfg):
+    """The sequences the update must forward: with --skip_dead_groups those of groups (N consecutive
+    sequences) with some A != 0, as the rest add exactly 0; all when the KL or entropy term needs every token.
+    A: (S,) advantages of this rank's whole groups."""
+    if not cfg.skip_dead_groups or cfg.kl_coef != 0 or cfg.entropy_coef != 0:
         return list(range(len(A)))
     alive = (A.view(-1, cfg.group_size) != 0).any(1)                                 # (groups,)
     return [i for i in range(len(A)) if alive[i // cfg.group_size]]
@@ -439,64 +445,10 @@ def micro_batches(cfg, prompts, completions, keep=None):
     bins = bins if K == fewest else token_bins(cfg, rows, K) or bins + [[]] * (K - fewest)
     return [[i for seqs, _, _ in b for i in seqs] for b in bins]
 
-def pass_rows(cfg, prompts, completions, seqs):
-    """The rows `seqs` make in pack's layout, longest first, as (sequences, prompt columns, completion columns):
-    a sequence each or, with --share_prompts, a group (its prompt once, then its N completions)."""
-    rows = [([i], len(prompts[i]), len(completions[i])) for i in seqs]
-    if cfg.share_prompts:
-        groups = {}
-        for i in seqs:
-            groups.setdefault(i // cfg.group_size, []).append(i)
-        rows = [(g, 0, len(prompts[g[0]]) + sum(len(completions[i]) for i in g)) for g in groups.values()]
-    return sorted(rows, key=lambda r: -r[1] - r[2])
-
-def pass_tokens(cfg, rows):
-    """The tokens a pass of `rows` forwards: their sum (--padding_free), else rows x the longest row."""
-    if not rows or (cfg.padding_free and not cfg.share_prompts):
-        return sum(p + c for _, p, c in rows)
-    return len(rows) * (max(r[1] for r in rows) + max(r[2] for r in rows))
-
-def token_bins(cfg, rows, K):
-    """`rows` (pass_rows') cut into K passes of about equal pass_tokens, costliest first, or None if they need
-    more. A pass holds <= --micro_batch_size sequences and <= --micro_batch_tokens tokens, or one row alone.
-    Padding-free: each row, longest first, into the cheapest pass it fits (LPT). Padded, or where that fails:
-    runs of the sorted rows, each within the lowest cost that needs <= K runs, as mixing lengths adds
-    padding (the maze's 32 groups of 8 in passes of 64: 9% padding sorted, 23% in input order)."""
-    size, cap = cfg.micro_batch_size, cfg.micro_batch_tokens
-    by_cost = lambda b: -pass_tokens(cfg, b)                                         # noqa: E731
-    if cfg.padding_free and not cfg.share_prompts:
-        bins, load = [[] for _ in range(K)], [0] * K
-        for row in rows:
-            t = row[1] + row[2]
-            to = [j for j in range(K) if not bins[j] or len(bins[j]) < size and not (cap and load[j] + t > cap)]
-            if not to:
-                break
-            j = min(to, key=load.__getitem__)
-            bins[j].append(row)
-            load[j] += t
-        else:
-            return sorted(bins, key=by_cost)
-
-    def runs(T):              # the sorted rows in runs of <= size sequences and <= min(T, cap) tokens each
-        out = []
-        for row in rows:      # the row joins the last run if it still fits, else starts a new one
-            b = out[-1] + [row] if out else []
-            grow = b and sum(len(r[0]) for r in b) <= size and pass_tokens(cfg, b) <= min(T, cap or T)
-            out[-1:] = [b] if grow else out[-1:] + [[row]]
-        return out
-    cut = runs(least(lambda T: len(runs(T)) <= K, 0, pass_tokens(cfg, rows)))
-    return None if len(cut) > K else sorted(cut + [[] for _ in range(K - len(cut))], key=by_cost)
-
-def least(ok, lo, hi):
-    """The least x in [lo, hi] with ok(x), for ok false then true (binary search; hi if none)."""
-    while lo < hi:
-        lo, hi = (lo, (lo + hi) // 2) if ok((lo + hi) // 2) else ((lo + hi) // 2 + 1, hi)
-    return hi
-
 def lockstep(cfg, mbs, world):
     """balance/lockstep: the update's passes, each waiting for its slowest rank, cost sum_j max_r tokens(r, j):
     that over sum_j mean_r tokens(r, j) (1: pass j as large on every rank). mbs: balance_ranks'. Collective."""
-    costs = torch.tensor([float(pass_tokens(cfg, pass_rows(cfg, P, C, mb))) for P, C, adv, _, _ in mbs
+    costs = torch.tensor([float(pass_tokens(cfg, pass_rows(cfg, P, C, mb))) for P, C, adv, _ in mbs
                           for mb in micro_batches(cfg, P, C, live_rows(cfg, adv))], dtype=torch.float64)
     return float(world * all_max(costs).sum() / all_sum(costs).sum().clamp(min=1))
 
@@ -523,7 +475,7 @@ def load_tokenizer(cfg):
         return TASKS[cfg.task].tokenizer()
     return reward.load_tokenizer(cfg.tokenizer or cfg.model)
 
-def build(cfg, tokenizer, pad, device, load=None):
+def build_models(cfg, tokenizer, pad, device, load=None):
     """policy.build's (policy, reference or None, engine synced to the policy, optimizer). load: the model
     builder (bench/gpu_check.py's random one); default policy.load_model (--model tiny: the task's own)."""
     def new_engine(kind, engine_model, dtype):
@@ -538,11 +490,9 @@ def build(cfg, tokenizer, pad, device, load=None):
     sync_weights(model, engine)
     return model, ref_model, engine, opt
 
-def describe(cfg, world, device):
-    lo, hi = clip_bounds(cfg.loss, cfg.eps_low, cfg.eps_high)
-    return (f"loss {cfg.loss}: ratio bounds [{lo:.2f}, {hi:.2f}]"
-            + (" (CISPO weight bounds)" if cfg.loss == "cispo" else f", dual clip {cfg.dual_clip}")
-            + f" | gamma {cfg.gamma} | N {cfg.group_size} | world {world} | device {device}")
-
 if __name__ == "__main__":
-    main(parse_config(Config, doc=__doc__))
+    cfg = parse_config(Config, doc=__doc__)
+    if cfg.plan:                          # --plan true: the memory plan for these flags, nothing else
+        memory_plan.main(cfg, TASKS[cfg.task])
+    else:
+        main(cfg)

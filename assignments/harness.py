@@ -538,8 +538,7 @@ def rl_run(modules, seed):
     metrics RL_METRICS of each step, or the error and the graded functions its traceback passes through."""
     import tempfile
     import traceback
-    from fgrpo_utils.metrics import step_metrics
-    from fgrpo_utils.run_folder import make_logger
+    from fgrpo_utils.metrics import log_line, step_metrics
     train = modules.get("train") or importlib.import_module("train")
     started = not torch.distributed.is_initialized()
     if started:
@@ -553,19 +552,16 @@ def rl_run(modules, seed):
                 cfg = train.Config(task=task, model="tiny", device="cpu", group_size=4, warmup_steps=0, seed=seed,
                                    sample_every=0, micro_batch_size=8, out_dir=os.path.join(tmp, task), **flags)
                 tok = train.load_tokenizer(cfg)
-                model, ref, engine, opt = train.build(cfg, tok, 0 if task == "maze" else tok.pad_token_id,
-                                                      torch.device("cpu"))
+                model, ref, engine, opt = train.build_models(cfg, tok, 0 if task == "maze" else tok.pad_token_id,
+                                                             torch.device("cpu"))
                 entry = train.TASKS[task]
                 data = entry.make(cfg, tok, model.config.model_type)
-                os.makedirs(cfg.out_dir)
-                log = make_logger(cfg, __import__("pathlib").Path(cfg.out_dir))
                 for step in range(n):
                     torch.manual_seed(seed + step)
                     r = train.rl_step(cfg, step, data, model, ref, engine, opt, pad=tok.pad_token_id if task != "maze"
                                       else 0, device=torch.device("cpu"), rank=0, world=1)
                     m = step_metrics(r)
-                    with open(os.devnull, "w") as quiet, __import__("contextlib").redirect_stdout(quiet):
-                        log(m)                              # the log line reads the metrics train.py prints
+                    log_line(m, n)                          # the log line reads the metrics train.py prints
                     steps.append({"task": task, **{k: float(m[k]) for k in RL_METRICS}})
                 del model, ref, engine, opt
         return {"steps": steps}

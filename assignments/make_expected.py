@@ -417,7 +417,7 @@ def update(g):
             "jacobian": {"fgrpo_utils.logprob.head_logp": [], "kl_k3": []}, "dist": True, "param_grads": "model"}
     out = [check("update", "train.update_minibatch", [model, ref if kw.get("kl_coef") else None, prompts, completions,
                                                       a, o],
-                 {"on_policy": o is None, "cfg": {"namespace": {**base, **kw}}, "pad_id": 0, "device": "cpu",
+                 {"cfg": {"namespace": {**base, **kw}}, "pad_id": 0, "device": "cpu",
                   "world": world}, name, atol=1e-9, rtol=1e-9, **deps)
            for name, kw, o, a, world in specs]
     out[0]["saved_bytes"] = True        # what autograd holds at once: one micro-batch's graph, not all three
@@ -425,7 +425,7 @@ def update(g):
     # row a pass, every rank makes rank 0's count, so rank 1 runs empty passes (weight 0) to pair with rank
     # 0's; the loss divides by counts summed over both ranks, and the metrics are global.
     out.append(check("update", "train.update_minibatch", [model, None, prompts, completions, A, old],
-                     {"on_policy": False, "cfg": {"namespace": {**base, "micro_batch_size": 1}}, "pad_id": 0,
+                     {"cfg": {"namespace": {**base, "micro_batch_size": 1}}, "pad_id": 0,
                       "device": "cpu", "world": 2}, "2 ranks, one with an empty pass", atol=1e-9, rtol=1e-9,
                      ranks=2, shares=[list(range(0, N)) + list(range(2 * N, 3 * N)),     # its empty pass: an idle
                                       list(range(3 * N, 4 * N)) + list(range(N, 2 * N))],  # two-token row, weight 0

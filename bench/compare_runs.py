@@ -26,9 +26,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(1, str(Path(__file__).resolve().parent))             # maze_converge, beside it
 from fgrpo_utils.cli import check_min, parse_config, refuse  # noqa: E402
-from fgrpo_utils.outputs import Damaged, read_json, read_jsonl  # noqa: E402
+from fgrpo_utils.outputs import Damaged, read_json  # noqa: E402
 from fgrpo_utils.run_folder import RESUME_MAY_CHANGE  # noqa: E402
+from maze_converge import read_jsonl  # noqa: E402
 
 SAME_FOR_BOTH = ("task", "maze_size", "maze_reward", "data", "group_size", "prompts_per_step")   # or no A/B
 

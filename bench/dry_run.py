@@ -133,7 +133,7 @@ def measure(cfg, config, p):
     phases = {
         "old_logp": lambda: (model.eval(), train.old_log_probs(model, prompts, completions, run, 0, device)),
         "update": lambda: (model.train(), train.update_minibatch(
-            model, None, prompts, completions, A, None, on_policy=True, cfg=run, pad_id=0, device=device,
+            model, None, prompts, completions, A, None, cfg=run, pad_id=0, device=device,
             world=cfg.nproc, max_len=p.micro_batch["response_len"])),
         "step": lambda: train.clip_and_step(model, opt, run, cfg.lr),
     }

@@ -110,7 +110,7 @@ SCRIPT = "bench/gpu_check.py"       # the mark in its --out report (outputs.is_o
 
 
 def random_loader(shape, device):
-    """A loader for train.build: the model of `shape` with random weights, built on the device (a 1.5B
+    """A loader for train.build_models: the model of `shape` with random weights, built on the device (a 1.5B
     init on the CPU takes minutes), the same on every call (seeded)."""
     def load(cfg, tokenizer, dtype, meta=False):
         torch.manual_seed(cfg.seed)
@@ -134,7 +134,7 @@ def math_shaped_task(vocab, prompt_len, max_new_tokens, seed):
 
 
 def run_part(name, cfg, train_cfg, load, task, pad, device, clock, deadline, config=None):
-    """Build with train.build, then one warm-up and up to cfg.steps timed train.rl_step calls, none
+    """Build with train.build_models, then one warm-up and up to cfg.steps timed train.rl_step calls, none
     started when the last step's time says it would end past `deadline` (perf_counter) -> figures.
     With `config` (the model's transformers config) the peak memory is set beside memory_plan.plan's figure
     for the same flags: its peak phase less the CUDA runtime estimate, which the allocator's
@@ -142,7 +142,7 @@ def run_part(name, cfg, train_cfg, load, task, pad, device, clock, deadline, con
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats()
     t = time.perf_counter()
-    model, ref_model, engine, opt = train.build(train_cfg, None, pad, device, load=load)
+    model, ref_model, engine, opt = train.build_models(train_cfg, None, pad, device, load=load)
     sync_weights(model, engine)
     params = sum(p.numel() for p in model.parameters())        # global count, tied embeddings once
     clock(f"{name}: built {params / 1e6:,.1f}M parameters in {time.perf_counter() - t:.1f} s")

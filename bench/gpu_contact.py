@@ -533,7 +533,7 @@ def part_update(cfg, device, clock, deadline, peak, record):
     for layers in sorted(set(cfg.layers)):
         model = random_model(shape_config(cfg, layers), device, torch.float32)
         counts = param_counts(model)
-        if device.type == "cuda":                                     # as train.build: --grad_checkpointing auto
+        if device.type == "cuda":                                     # as train.build_models: --grad_checkpointing auto
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         model = policy.shard(model, device).train()
         opt = torch.optim.AdamW(model.parameters(), lr=1e-6)

@@ -26,7 +26,7 @@ Qwen2.5's chat template, at most --max_prompt_len tokens; each rank takes train.
 completion's length is drawn on its own, log-normal with mean --means (one mix each: "early" 1,000 and
 "late" 2,500 tokens) and --sigma 1.0, capped at --max_response_len 8,192 (the cap lowers the mean a little:
 the realised one is printed). A group is live with probability --live (0.65), else its A are 0 for all N and
-skip_dead leaves it out. The --nproc processes are forked after the imports, join a gloo group on 127.0.0.1
+live_rows leaves it out. The --nproc processes are forked after the imports, join a gloo group on 127.0.0.1
 and run distributed.balance_ranks, train.live_rows, train.micro_batches and train.lockstep as train.rl_step
 does: every collective is real.
 """
@@ -141,13 +141,16 @@ def one_step(cfg, step, rank, world):
     completions = [[0] * n for i in idx for n in all_lengths[i]]
     A = torch.tensor([float(all_live[i]) for i in idx for _ in range(N)])       # != 0: live
     K = cfg.prompts_per_step // cfg.mini_batch_prompts
-    mbs, _, (before, after) = distributed.balance_ranks(cfg, prompts, completions, A, train.live_rows(cfg, A), K,
+    S = len(completions) // K                          # train.rl_step's mini-batches, then its balancing
+    mbs = [(prompts[k * S:(k + 1) * S], completions[k * S:(k + 1) * S], A[k * S:(k + 1) * S], [None] * S)
+           for k in range(K)]
+    mbs, _, (before, after) = distributed.balance_ranks(cfg, mbs, [train.live_rows(cfg, mb[2]) for mb in mbs],
                                                         rank, world)
     out = {"mean": mean, "busiest_before": before, "busiest": after, "lockstep": train.lockstep(cfg, mbs, world)}
     old_P, old_C = [p for mb in mbs[1:] for p in mb[0]], [c for mb in mbs[1:] for c in mb[1]]
     old_keep = train.live_rows(cfg, torch.cat([mb[2] for mb in mbs[1:]])) if K > 1 else []
     for name, cut in (("new", train.micro_batches), ("old", greedy_micro_batches)):
-        update = [(P, C, mb) for P, C, adv, _, _ in mbs for mb in cut(cfg, P, C, train.live_rows(cfg, adv))]
+        update = [(P, C, mb) for P, C, adv, _ in mbs for mb in cut(cfg, P, C, train.live_rows(cfg, adv))]
         old = [(old_P, old_C, mb) for mb in cut(cfg, old_P, old_C, old_keep)] if K > 1 else []
         out[name] = {"lockstep": lockstep_of(cfg, update, world), "with_old": lockstep_of(cfg, update + old, world),
                      "passes": len(update) / K}

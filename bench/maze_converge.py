@@ -21,6 +21,7 @@ continues where a killed one stopped. A results folder is one block: one warm st
 first run writes to --results/warm_start.json, and a run from any other warm start is refused there.
 """
 import hashlib
+import json
 import os
 import shutil
 import subprocess
@@ -30,7 +31,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from fgrpo_utils.cli import check, check_min, parse_config, refuse  # noqa: E402
-from fgrpo_utils.outputs import Damaged, atomic_write_json, read_json, read_jsonl  # noqa: E402
+from fgrpo_utils.outputs import Damaged, atomic_write_json, read_json  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 RULE = ("converged at step s: the mean held-out pass@1 over the evaluations in (3s/4, s] is within "
@@ -124,6 +125,25 @@ def stop_step(metrics, chunk=Config.chunk, min_steps=Config.min_steps, max_steps
         if converged([m for m in metrics if m["step"] <= s]):
             return s
     return "cap"
+
+
+def read_jsonl(path):
+    """The rows of a JSON-lines log (train.py's metrics.jsonl). A cut last line, what a kill mid-write
+    leaves, is dropped, as train.py's resume drops it; a bad line before the last is Damaged."""
+    try:
+        lines = Path(path).read_text().splitlines()
+    except UnicodeDecodeError as e:
+        raise Damaged(f"damaged: {path} ({type(e).__name__})") from None
+    rows = []
+    for i, line in enumerate(lines, 1):
+        if line.strip():
+            try:
+                rows.append(json.loads(line))
+            except ValueError:
+                if i == len(lines):
+                    break
+                raise Damaged(f"damaged: {path}:{i} (not a JSON line)") from None
+    return rows
 
 
 def read_metrics(run):

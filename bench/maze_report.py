@@ -40,10 +40,10 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import evaluate  # noqa: E402
-from maze_converge import COLLAPSE, STAMP, evaluations, stop_step, warm_start_id  # noqa: E402
+from maze_converge import COLLAPSE, STAMP, evaluations, read_jsonl, stop_step, warm_start_id  # noqa: E402
 from advantage import pass_at_k_table, subsample_test  # noqa: E402
 from fgrpo_utils.cli import check, check_min, parse_config, refuse  # noqa: E402
-from fgrpo_utils.outputs import Damaged, check_out_file, png_metadata, read_json, read_jsonl, write_table_out  # noqa: E402
+from fgrpo_utils.outputs import Damaged, check_out_file, png_metadata, read_json, write_table_out  # noqa: E402
 from fgrpo_utils.run_folder import RESUME_MAY_CHANGE  # noqa: E402
 
 

@@ -99,7 +99,7 @@ def main(cfg):
         def update(pf):
             model.zero_grad(set_to_none=True)
             t = time.perf_counter()
-            train.update_minibatch(model, None, prompts, completions, A, None, on_policy=True, cfg=layouts[pf]["cfg"],
+            train.update_minibatch(model, None, prompts, completions, A, None, cfg=layouts[pf]["cfg"],
                                    pad_id=0, device=torch.device("cpu"), world=1)
             layouts[pf]["times"].append(time.perf_counter() - t)
             return {n: p.grad.full_tensor().clone() for n, p in model.named_parameters()}

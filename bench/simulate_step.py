@@ -25,6 +25,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import simulate as S  # noqa: E402
+from advantage import focal_weight, group_advantages, success_rate  # noqa: E402
 from fgrpo_utils.cli import check, check_choices, parse_config  # noqa: E402
 
 
@@ -64,6 +65,25 @@ def timed(step, repeats):
     return np.median(wall), np.median(cpu)
 
 
+def naive_step(z, opt, N, gamma, R, surrogate, a=None, generator=None):
+    """Reference step as Sec. 5.1 / App. J describe it: N sampled indices, the surrogate per action, autograd.
+    z: (K,) leaf; `a` (N,) overrides the draw (tests feed both paths the same samples). Returns the indices."""
+    p = torch.softmax(z, 0)                                                          # (K,)
+    if a is None:
+        a = torch.multinomial(p.detach(), N, replacement=True, generator=generator)  # (N,)
+    r = R[a]                                                                         # (N,)
+    g = focal_weight(success_rate(r[None], R.max().item(), R.min().item())[0], gamma)
+    if surrogate == "distinct":
+        u = a.unique()                                              # A u B: distinct sampled actions
+        L = ((R[u] - r.mean()) * p[u]).sum() / N
+    else:
+        L = (group_advantages(r[None], normalize_std=False)[0] * p[a]).sum() / N    # per draw
+    opt.zero_grad()
+    (-g * L).backward()                                             # AdamW minimises: ascend on g L
+    opt.step()
+    return a
+
+
 def main(cfg):
     torch.set_num_threads(cfg.threads)
     S.keep_freed_memory()                    # as the sweep's workers do; helps both paths
@@ -96,11 +116,11 @@ def main(cfg):
     opt_naive = S.make_optimizer(z_naive, sim, fused=False)                     # PyTorch's reference loop
     gen = torch.Generator().manual_seed(0)
 
-    def naive_step():
-        S.naive_step(z_naive, opt_naive, N, cfg.gamma, R, sim.surrogate, generator=gen)
+    def reference_step():
+        naive_step(z_naive, opt_naive, N, cfg.gamma, R, sim.surrogate, generator=gen)
 
     fast_wall, fast_cpu = timed(fast_step, cfg.repeats)
-    naive_wall, naive_cpu = timed(naive_step, cfg.repeats)
+    naive_wall, naive_cpu = timed(reference_step, cfg.repeats)
     print(f"one step, N = {N:,}, {cfg.num_actions:,} actions, surrogate {cfg.surrogate}, "
           f"torch threads {cfg.threads}, load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
     print(f"fast   {fast_wall * 1e3:7.2f} ms wall  {fast_cpu * 1e3:7.2f} ms cpu   ("

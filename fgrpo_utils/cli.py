@@ -20,35 +20,29 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 
 def parse_config(cls, argv=None, doc=None):
-    """Build `cls` (a dataclass) from `--name value` flags, one per field, names unchanged. bool fields take
-    true/false; tuple fields one or more values (`--gammas 0 1`); a `float | None` field a float (None: not
-    given). A Config validates itself in __post_init__ by raising ValueError("--flag ..."): printed as one
-    line, exit status 2, like any other bad flag. --help shows each field's source comment (field_comments)
-    and the values of a flag with a fixed set (the Config's choices(), which check_choices refuses by).
-    Why not a library? transformers.HfArgumentParser passes `--group_sizes 2 8` to a tuple field as strings
-    and lets a Config's ValueError escape as a traceback; tyro prints errors as a multi-line box and takes
-    booleans as --flag/--no-flag. Either would need private hooks to keep this contract."""
+    """Build `cls` (a dataclass) from `--name value` flags, one per field, names unchanged: bool fields take
+    true/false, tuple fields one or more values (`--gammas 0 1`), a `float | None` field a float. A Config's
+    ValueError("--flag ...") from __post_init__ is one line, exit status 2, like any bad flag. --help shows
+    each field's source comment (field_comments) and a fixed set's values (the Config's choices()).
+    Not a library: transformers.HfArgumentParser passes `--group_sizes 2 8` to a tuple field as strings and
+    lets a ValueError escape as a traceback; tyro prints a multi-line box, booleans as --flag/--no-flag."""
     hints, comments, choices = typing.get_type_hints(cls), field_comments(cls), choices_of(cls)
     p = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.error = refuse                                 # "--steps abc", "--stpes 2": one line too, not usage + line
     for f in dataclasses.fields(cls):
-        typ, default = hints[f.name], f.default
-        if default is dataclasses.MISSING:
-            default = f.default_factory()
+        typ, default = hints[f.name], f.default_factory() if f.default is dataclasses.MISSING else f.default
         if typing.get_origin(typ) in (typing.Union, types.UnionType):  # `float | None` -> float
             typ = next(a for a in typing.get_args(typ) if a is not type(None))
-        kwargs = dict(default=default, help=f"{comments.get(f.name, '')} (default: {default})".strip().replace("%", "%%"))
+        kwargs = dict(default=default, type=typ,
+                      help=f"{comments.get(f.name, '')} (default: {default})".strip().replace("%", "%%"))
         if typing.get_origin(typ) is tuple:           # tuple[int, ...] -> nargs="+"
             kwargs.update(type=typing.get_args(typ)[0], nargs="+")
         elif typ is bool:
             kwargs.update(type=_parse_bool, metavar="{true,false}")
-        else:
-            kwargs.update(type=typ)
         if f.name in choices:                         # --loss {grpo,dapo,cispo}
             kwargs.update(metavar="{" + ",".join(map(str, choices[f.name])) + "}")
         p.add_argument(f"--{f.name}", **kwargs)
-    args = vars(p.parse_args(argv))
-    args = {k: tuple(v) if isinstance(v, list) else v for k, v in args.items()}
+    args = {k: tuple(v) if isinstance(v, list) else v for k, v in vars(p.parse_args(argv)).items()}
     try:
         return cls(**args)
     except ValueError as e:
@@ -58,42 +52,34 @@ def field_comments(cls):
     """{field: its comment in the source of cls and its dataclass bases}: the comment on the field's line, and
     the comment-only lines below it indented past the field names (a comment at their indentation heads a group)."""
     comments = {}
-    for k in reversed(cls.__mro__):
-        if dataclasses.is_dataclass(k):
-            comments.update(_own_comments(k))
-    return comments
-
-def _own_comments(cls):
-    comments, name, col = {}, None, 0
-    for line in textwrap.dedent(inspect.getsource(cls)).splitlines()[1:]:
-        if re.match(r"\s*(def |@)", line):                 # the fields end where the methods begin
-            break
-        field, note = re.match(r"( *)(\w+) *:[^#]*#(.*)", line), re.match(r"( *)#(.*)", line)
-        if field:
-            col, name = len(field.group(1)), field.group(2)
-            comments[name] = field.group(3).strip()
-        elif note and name and len(note.group(1)) > col:
-            comments[name] += " " + note.group(2).strip()
-        else:
-            name = None
+    for k in filter(dataclasses.is_dataclass, reversed(cls.__mro__)):
+        name, col = None, 0
+        for line in textwrap.dedent(inspect.getsource(k)).splitlines()[1:]:
+            if re.match(r"\s*(def |@)", line):                 # the fields end where the methods begin
+                break
+            field, note = re.match(r"( *)(\w+) *:[^#]*#(.*)", line), re.match(r"( *)#(.*)", line)
+            if field:
+                col, name = len(field.group(1)), field.group(2)
+                comments[name] = field.group(3).strip()
+            elif note and name and len(note.group(1)) > col:
+                comments[name] += " " + note.group(2).strip()
+            else:
+                name = None
     return comments
 
 def choices_of(cls):
     return cls.choices() if hasattr(cls, "choices") else {}
 
 def check_choices(cfg):
-    """ValueError naming the flag unless each field in cfg.choices() holds one of its values (tuples: each)."""
     for name, values in choices_of(cfg).items():
         value = getattr(cfg, name)
         for v in value if isinstance(value, tuple) else (value,):
             check(v in values, f"--{name} {v!r}: expected one of {', '.join(map(str, values))}")
 
 def _parse_bool(s):
-    if s.lower() in ("1", "true", "yes"):
-        return True
-    if s.lower() in ("0", "false", "no"):
-        return False
-    raise argparse.ArgumentTypeError(f"expected true or false, got {s!r}")
+    if s.lower() not in ("1", "true", "yes", "0", "false", "no"):
+        raise argparse.ArgumentTypeError(f"expected true or false, got {s!r}")
+    return s.lower() in ("1", "true", "yes")
 
 def refuse(message):
     """The answer to a bad flag or input found before any work: one line on stderr, exit status 2."""
@@ -101,27 +87,23 @@ def refuse(message):
     sys.exit(2)
 
 def check(ok, message):
-    """Raise ValueError(message) unless ok. Configs call it in __post_init__, naming the flag."""
     if not ok:
         raise ValueError(message)
 
 def check_min(cfg, low, *names):
     """low <= --name < inf for each named field of cfg. NaN fails, as it fails every comparison."""
     for name in names:
-        value = getattr(cfg, name)
-        check(low <= value < math.inf, f"--{name} {value}: must be >= {low}")
+        check(low <= getattr(cfg, name) < math.inf, f"--{name} {getattr(cfg, name)}: must be >= {low}")
 
 def check_positive(cfg, *names):
-    """0 < --name < inf for each named field of cfg (rates, clips, temperatures)."""
     for name in names:
-        value = getattr(cfg, name)
-        check(0 < value < math.inf, f"--{name} {value}: must be > 0 and finite")
+        check(0 < getattr(cfg, name) < math.inf, f"--{name} {getattr(cfg, name)}: must be > 0 and finite")
 
-def check_device(device, flag="--device"):
+def check_device(device):
     """A CUDA device asked for must be visible: a CPU-only torch would fail deep in the first .to(device)."""
     import torch
     check(not str(device).startswith("cuda") or torch.cuda.is_available(),
-          f"{flag} {device}: this torch ({torch.__version__}) sees no CUDA device; use --device cpu")
+          f"--device {device}: this torch ({torch.__version__}) sees no CUDA device; use --device cpu")
 
 def check_utf8(path):
     """Raise ValueError('file:line: ...') at the first line of a text file that is not UTF-8.
@@ -138,11 +120,10 @@ def check_utf8(path):
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
 
 def check_pretrained(name, flag, model=True, tokenizer=True):
-    """A local folder given as a model (config.json) or tokenizer (TOKENIZER_FILES) must hold one: else a
-    folder with no tokenizer loads as a 1-token tokenizer and fails much later with an unrelated message.
-    A non-local name is a hub id (ORG/NAME) left to from_pretrained; a bare NAME only when the local Hugging
-    Face cache holds it ("TINY" ended in an offline hub traceback). "out/maze_sft" is local when ./out
-    exists, since a hub id has the same shape."""
+    """A local folder given as a model (config.json) or tokenizer (TOKENIZER_FILES) must hold one: a folder
+    with no tokenizer loads as a 1-token tokenizer and fails much later. Else a hub id (ORG/NAME), or a bare
+    NAME the Hugging Face cache holds ("TINY" ended in an offline hub traceback). "out/maze_sft" is local
+    when ./out exists, since a hub id has the same shape."""
     p = Path(name).expanduser()
     local = p.exists() or name.startswith((".", "/", "~")) or name.count("/") > 1 \
         or ("/" in name and Path(name.split("/")[0]).is_dir())
@@ -160,5 +141,4 @@ def check_pretrained(name, flag, model=True, tokenizer=True):
               f"{flag} {name}: no tokenizer in the folder (none of {', '.join(TOKENIZER_FILES)})")
 
 def data_dir():
-    """The reference data folder: $FGRPO_DATA, else ../shared/data beside the repo."""
     return Path(os.environ.get("FGRPO_DATA", REPO.parent / "shared" / "data"))

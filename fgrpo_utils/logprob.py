@@ -18,17 +18,8 @@ import torch.nn.functional as F
 ATTENTION, VARLEN = "fgrpo_sdpa", "fgrpo_varlen"   # policy.attention's, .varlen_attention's names in transformers
 
 def pack(prompts, completions, pad_token_id, device="cpu", share_prompts=False, padding_free=False):
-    """Lay out prompt + completion pairs for one forward pass. Three layouts:
-    padding_free=True: ONE row holding every sequence end to end, no padding (verl's remove-padding,
-        TRL's padding-free), [p1 p1 c1 c1 c1 | p2 c2 | ...]; positions restart at 0 with each sequence and
-        batch["segments"] (its boundaries) lets policy.attention run each one causally on its own.
-    share_prompts=False: one row per sequence, [p p p c c c pad pad], right-padded only: every query
-        has its row's first token to attend to, so no query row of the mask is empty, whatever kernel
-        runs (a left-padded one is: NaN in some SDPA kernels, and through backward in every weight).
-    share_prompts=True: consecutive sequences with the same prompt (a GRPO group) share ONE row,
-        [p p p | c1 c1 | c2 c2 c2 | ... pad]   each completion continues the prompt's positions and
-        attends to the prompt and to itself only (a 4-D mask): ~6x fewer tokens on the maze (long
-        prompts, short answers), but the (rows, L, L) mask makes it a poor fit for long completions.
+    """Lay out prompt + completion pairs for one forward pass: in one row without padding (padding_free,
+    one_row), a right-padded row per sequence (padded_rows), or a row per group (share_prompts, shared_rows).
     In each, targets and completion_mask are (S, Tc) with one row per sequence, in input order, and
     hidden[row[i], src[i, t]] is the position that predicts completion i's token t."""
     S, Tc = len(prompts), max(1, max(len(c) for c in completions))
@@ -41,55 +32,68 @@ def pack(prompts, completions, pad_token_id, device="cpu", share_prompts=False, 
     seq = torch.tensor([i for i, c in enumerate(completions) for _ in c], dtype=torch.long)
     col = torch.tensor([t for c in completions for t in range(len(c))], dtype=torch.long)
     batch = {"targets": targets, "completion_mask": cmask, "tok_seq": seq, "tok_col": col}
-    if padding_free and not share_prompts:
-        ids, pos, ends, src = [], [], [0], torch.zeros(S, Tc, dtype=torch.long)
-        for i, (p, c) in enumerate(zip(prompts, completions)):
-            src[i, :len(c)] = len(ids) + len(p) - 1 + torch.arange(len(c))   # c[t] from the column before it
-            ids += list(p) + list(c)
-            pos += range(len(p) + len(c))
-            ends.append(len(ids))
-        batch.update(input_ids=torch.tensor([ids]), position_ids=torch.tensor([pos]),
-                     row=torch.zeros(S, dtype=torch.long), src=src)
-        return {**{k: v.to(device) for k, v in batch.items()}, "segments": tuple(ends)}
-    if not share_prompts:
-        L = max(len(p) + len(c) for p, c in zip(prompts, completions))
-        ids = torch.full((S, L), pad_token_id, dtype=torch.long)
-        attn, src = torch.zeros(S, L, dtype=torch.long), torch.zeros(S, Tc, dtype=torch.long)
-        for i, (p, c) in enumerate(zip(prompts, completions)):
-            ids[i, :len(p) + len(c)] = torch.tensor(list(p) + list(c))
-            attn[i, :len(p) + len(c)] = 1
-            src[i, :len(c)] = len(p) - 1 + torch.arange(len(c))
-        batch.update(input_ids=ids, attention_mask=attn, position_ids=(attn.cumsum(-1) - 1).clamp(min=0),
-                     row=torch.arange(S), src=src)
-    else:
-        rows = []                            # per row: prompt, ids, positions, segments (0 = prompt)
-        row_of, src = torch.zeros(S, dtype=torch.long), torch.zeros(S, Tc, dtype=torch.long)
-        for i, (p, c) in enumerate(zip(prompts, completions)):
-            if not rows or rows[-1]["prompt"] != list(p):             # a new group starts a new row
-                rows.append({"prompt": list(p), "ids": list(p), "pos": list(range(len(p))),
-                             "seg": [0] * len(p), "k": 0})
-            r = rows[-1]
-            r["k"] += 1
-            # c[0] is predicted from the prompt's last token, c[t] from c[t-1]'s column
-            src[i, :len(c)] = torch.tensor([len(p) - 1] + list(range(len(r["ids"]), len(r["ids"]) + len(c) - 1)))
-            r["ids"] += c
-            r["pos"] += range(len(p), len(p) + len(c))
-            r["seg"] += [r["k"]] * len(c)
-            row_of[i] = len(rows) - 1
-        L = max(len(r["ids"]) for r in rows)
-        ids = torch.full((len(rows), L), pad_token_id, dtype=torch.long)
-        pos = torch.zeros(len(rows), L, dtype=torch.long)
-        seg = torch.full((len(rows), L), -1)                            # -1 padding, 0 prompt, k c_k
-        for j, r in enumerate(rows):
-            n = len(r["ids"])
-            ids[j, :n], pos[j, :n], seg[j, :n] = (torch.tensor(r[k]) for k in ("ids", "pos", "seg"))
-        col = torch.arange(L)
-        mask = ((col[:, None] >= col[None, :])                          # causal
-                & ((seg[:, :, None] == seg[:, None, :]) | (seg[:, None, :] == 0))   # own segment or prompt
-                & (seg[:, None, :] >= 0) & (seg[:, :, None] >= 0))
-        mask |= torch.eye(L, dtype=torch.bool)                          # padding attends to itself: no NaN
-        batch.update(input_ids=ids, attention_mask=mask[:, None], position_ids=pos, row=row_of, src=src)
-    return {k: v.to(device) for k, v in batch.items()}
+    layout = shared_rows if share_prompts else one_row if padding_free else padded_rows
+    batch.update(layout(prompts, completions, pad_token_id, Tc))
+    return {k: v.to(device) if torch.is_tensor(v) else v for k, v in batch.items()}
+
+def one_row(prompts, completions, pad_token_id, Tc):
+    """ONE row holding every sequence end to end, no padding (verl's remove-padding, TRL's padding-free),
+    [p1 p1 c1 c1 c1 | p2 c2 | ...]; positions restart at 0 with each sequence and "segments" (its
+    boundaries) lets policy.attention run each one causally on its own."""
+    ids, pos, ends, src = [], [], [0], torch.zeros(len(prompts), Tc, dtype=torch.long)
+    for i, (p, c) in enumerate(zip(prompts, completions)):
+        src[i, :len(c)] = len(ids) + len(p) - 1 + torch.arange(len(c))   # c[t] from the column before it
+        ids += list(p) + list(c)
+        pos += range(len(p) + len(c))
+        ends.append(len(ids))
+    return dict(input_ids=torch.tensor([ids]), position_ids=torch.tensor([pos]),
+                row=torch.zeros(len(prompts), dtype=torch.long), src=src, segments=tuple(ends))
+
+def padded_rows(prompts, completions, pad_token_id, Tc):
+    """One row per sequence, [p p p c c c pad pad], right-padded only: every query has its row's first token
+    to attend to, so no query row of the mask is empty, whatever kernel runs (a left-padded one is: NaN in
+    some SDPA kernels, and through backward in every weight)."""
+    S, L = len(prompts), max(len(p) + len(c) for p, c in zip(prompts, completions))
+    ids = torch.full((S, L), pad_token_id, dtype=torch.long)
+    attn, src = torch.zeros(S, L, dtype=torch.long), torch.zeros(S, Tc, dtype=torch.long)
+    for i, (p, c) in enumerate(zip(prompts, completions)):
+        ids[i, :len(p) + len(c)] = torch.tensor(list(p) + list(c))
+        attn[i, :len(p) + len(c)] = 1
+        src[i, :len(c)] = len(p) - 1 + torch.arange(len(c))
+    return dict(input_ids=ids, attention_mask=attn, position_ids=(attn.cumsum(-1) - 1).clamp(min=0),
+                row=torch.arange(S), src=src)
+
+def shared_rows(prompts, completions, pad_token_id, Tc):
+    """Consecutive sequences with the same prompt (a GRPO group) share ONE row, [p p p | c1 c1 | c2 c2 c2 | ...
+    pad]: each completion continues the prompt's positions and attends to the prompt and to itself only (a
+    4-D mask): ~6x fewer tokens on the maze (long prompts, short answers), but the (rows, L, L) mask makes
+    it a poor fit for long completions."""
+    rows = []                            # per row: prompt, ids, positions, segments (0 = prompt)
+    row_of, src = torch.zeros(len(prompts), dtype=torch.long), torch.zeros(len(prompts), Tc, dtype=torch.long)
+    for i, (p, c) in enumerate(zip(prompts, completions)):
+        if not rows or rows[-1]["prompt"] != list(p):             # a new group starts a new row
+            rows.append({"prompt": list(p), "ids": list(p), "pos": list(range(len(p))), "seg": [0] * len(p), "k": 0})
+        r = rows[-1]
+        r["k"] += 1
+        # c[0] is predicted from the prompt's last token, c[t] from c[t-1]'s column
+        src[i, :len(c)] = torch.tensor([len(p) - 1] + list(range(len(r["ids"]), len(r["ids"]) + len(c) - 1)))
+        r["ids"] += c
+        r["pos"] += range(len(p), len(p) + len(c))
+        r["seg"] += [r["k"]] * len(c)
+        row_of[i] = len(rows) - 1
+    L = max(len(r["ids"]) for r in rows)
+    ids = torch.full((len(rows), L), pad_token_id, dtype=torch.long)
+    pos = torch.zeros(len(rows), L, dtype=torch.long)
+    seg = torch.full((len(rows), L), -1)                            # -1 padding, 0 prompt, k c_k
+    for j, r in enumerate(rows):
+        n = len(r["ids"])
+        ids[j, :n], pos[j, :n], seg[j, :n] = (torch.tensor(r[k]) for k in ("ids", "pos", "seg"))
+    col = torch.arange(L)
+    mask = ((col[:, None] >= col[None, :])                          # causal
+            & ((seg[:, :, None] == seg[:, None, :]) | (seg[:, None, :] == 0))   # own segment or prompt
+            & (seg[:, None, :] >= 0) & (seg[:, :, None] >= 0))
+    mask |= torch.eye(L, dtype=torch.bool)                          # padding attends to itself: no NaN
+    return dict(input_ids=ids, attention_mask=mask[:, None], position_ids=pos, row=row_of, src=src)
 
 def padded(rows, like):
     """A list of 1-D per-token tensors -> (b, Tc) shaped like `like` (a policy_logp output), zero-padded."""
@@ -204,8 +208,7 @@ class _ChunkedHead(torch.autograd.Function):
             if need_b:
                 db.add_(dz.sum(0))
             del dz
-        return (dh, dw, db.to(bias.dtype) if need_b else None,
-                None, None, None, None)
+        return dh, dw, db.to(bias.dtype) if need_b else None, None, None, None, None
 
 def head_logp(h, weight, bias, targets, temperature=1.0, entropy=False, chunk_bytes=CHUNK_BYTES):
     """Per-token log-probs of the sampled tokens, and optionally the entropy, from the vocabulary head.

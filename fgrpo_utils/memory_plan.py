@@ -7,43 +7,12 @@ no network, a few seconds.
 
 train.py --plan true prints the plan (main) and, when it does not fit, exits 2 with verdict's one line; a
 real CUDA run checks the same plan on its own world size and device before it loads anything (check_fits).
-
-What is modelled (train.py's update_minibatch and rl_step, policy.build and shard, rollout.py's engines,
-logprob.policy_logp):
-  FSDP2 over `world` ranks. CUDA: fp32 master weights, gradients and AdamW's two moments, all sharded
-  (4 + 4 + 8 = 16 bytes/param / world), bf16 compute; CPU: all fp32. Each decoder layer is an FSDP unit,
-  the root holds embeddings + final norm + lm_head; in forward/backward the root is unsharded for the
-  whole pass plus ~2 blocks at a time (current + prefetch), with their gradients before the reduce-scatter.
-  The update's peak is the largest of three moments of its backward (update_moments), as bench/dry_run.py
-  measures the trainer's own update on fake tensors (within 4% at the 7B; tests/test_dry_run.py).
-  Activations of the largest micro-batch, per token per decoder layer (layer_bytes_per_token; each
-  term is a tensor autograd saves, checked by counting them in tests/test_memory.py):
-      2 RMSNorms     2 (4h + 2 d h + 4)       fp32 copy of the input, its normalised cast, the output
-      attention      d (2 H hd + 2 KV hd) + 4 H        q, k, v, SDPA output (o_proj reads it in place),
-                                                       fp32 logsumexp; k, v at H heads with a CUDA mask
-      Qwen3 q/k norm (4 + d)(H + KV) hd + 4 (H + KV)
-      SwiGLU MLP     4 d I                    gate, up, silu(gate), their product
-      padding mask   d T                      the float mask SDPA makes of a bool mask, per layer
-  With checkpointing a layer keeps only its input (d h per token) and one layer's full set exists at a
-  time during backward. On top, per token: the final norm ((4 + d) h) in the head's backward, backward's
-  gradients through one layer (2 d I + 2 d h) in a layer's. The head is logprob.policy_logp: ~CHUNK_BYTES of
-  (chunk, V) fp32 temporaries and the hidden states at the completion positions with their gradient.
-  Rollout engine: vLLM takes gpu_memory_utilization x the device while sampling and sleeps (level 1)
-  during the update: ~0 on the device, its bf16 weights in host RAM. PyTorch's free blocks go back to the
-  driver before vLLM wakes (rollout.VLLMEngine._wake), so the rollout holds the trainer's live tensors only.
-  TorchEngine holds an unsharded bf16 copy of the weights always, plus its KV budget and sampling buffers
-  while it samples.
-  Host RAM per node (host_plan): rank 0's node, the one that loads and exports; each phase the sum of what
-  is alive then, the peak the largest phase: per rank the process, the scorer, vLLM in the process and its
-  level-1 backup, the rollouts; rank 0's fp32 copy at start-up (the load) and at each export (the gather).
-Not modelled: allocator fragmentation and blocks live tensors pin at a wake (train.py's default vLLM share
-leaves 10% of the device for them at the 7B; `fits` needs the peak <= the device). The CUDA terms (repeat_kv,
-mask bias) are read from the code: bench/dry_run.py runs the CPU branch of policy.attention.
+What it counts, term by term, and what it leaves out: DESIGN.md, "The memory plan".
 """
 import functools
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -53,6 +22,7 @@ from transformers import AutoConfig, AutoModelForCausalLM
 from fgrpo_utils.cli import check, refuse
 from fgrpo_utils.distributed import batch_problems
 from fgrpo_utils.logprob import CHUNK_BYTES, CHUNK_TEMPS
+from fgrpo_utils.policy import engine_kind, grad_checkpointing_on
 
 GiB = 1 << 30
 ENGINE_MAX_BATCH = 512          # TorchEngine's max_batch_size (rows sampled per forward)
@@ -60,10 +30,10 @@ CUDA_RUNTIME_GIB = 1.5          # CUDA context, NCCL buffers, cuBLAS workspace: 
 VLLM_OVERHEAD_GIB = 2.0         # vLLM's share less weights and KV: profiling activations, CUDA graphs (estimate)
 GPUS_PER_NODE = 8               # ranks per node, for host RAM per node
 # Host RAM per rank (host_plan), estimates (no node's RSS measured yet):
-PROCESS_HOST_GIB = 3.0          # Python, torch + CUDA libraries (cuBLAS, cuDNN, NCCL), the context's host side, transformers
-SCORER_HOST_GIB = 0.75          # reward.Scorer (math): a forkserver + 2 workers with sympy and math-verify, ~0.25 GiB each
+PROCESS_HOST_GIB = 3.0          # Python, torch + CUDA libs (cuBLAS, cuDNN, NCCL), the context's host side, transformers
+SCORER_HOST_GIB = 0.75          # reward.Scorer (math): forkserver + 2 workers with sympy, math-verify, ~0.25 GiB each
 VLLM_HOST_GIB = 2.0             # vLLM in the process: its imports, compiled graphs, CPU-side and pinned input buffers,
-                                # buffers saved at level 2 (rotary tables, MiBs); inductor compiles in 1 thread (vLLM sets it)
+                                # level 2's saved buffers (rotary tables, MiBs); vLLM has inductor compile in 1 thread
 ROLLOUT_TOKEN_BYTES = 500       # a sampled token on the host: vLLM's per-token logprob dict + Logprob, then our lists
 NODE_RAM_GIB = (128, 256, 512, 1024)   # node sizes the plan checks
 OS_RESERVE = 0.10               # of a node's RAM left to the OS, daemons and page cache: fits = peak <= 90%
@@ -84,8 +54,7 @@ CONFIG_BOUNDS = dict(hidden_size=1 << 17, intermediate_size=1 << 20, num_attenti
 
 def load_config(folder):
     """The transformers config of `folder`'s config.json, or ValueError in one line naming the file and
-    what is wrong with it: not JSON, not an object, a type transformers does not know or that is no
-    causal LM, or a size outside CONFIG_BOUNDS (zero heads, a negative vocabulary, ...)."""
+    what is wrong with it (not JSON, no causal LM, a size outside CONFIG_BOUNDS: zero heads, ...)."""
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
     path = Path(folder) / "config.json"
     try:
@@ -101,9 +70,8 @@ def load_config(folder):
             check(isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= high,
                   f"{path}: {name} {v!r}: expected an integer in [1, {high:,}]")
     # the sizes given are checked before transformers reads them: it builds per-layer lists (2M layers: 20 s)
-    sub = raw.get("text_config") if isinstance(raw.get("text_config"), dict) else {}
-    check_bounds(lambda name: {**raw, **sub}.get(name, 1))
-    both = {**raw, **sub}
+    both = {**raw, **(raw["text_config"] if isinstance(raw.get("text_config"), dict) else {})}
+    check_bounds(lambda name: both.get(name, 1))
     hd = both.get("head_dim")
     check(hd is None or (isinstance(hd, int) and not isinstance(hd, bool) and 1 <= hd <= 1 << 12),
           f"{path}: head_dim {hd!r}: expected an integer in [1, 4,096] (or none: hidden_size / heads)")
@@ -136,23 +104,22 @@ def config_info(config):
     total = sum(p.numel() for p in model.parameters())                 # parameters() dedups tied ones
     block = sum(p.numel() for p in layers[0].parameters()) if layers else 0
     text = config.get_text_config()
-    H = text.num_attention_heads
     return dict(config=text, total=total, block=block, layers=len(layers), root=total - block * len(layers),
                 largest=max(p.numel() for p in model.parameters()),
                 tied=model.get_output_embeddings().weight is model.get_input_embeddings().weight,
-                qk_norm=bool(layers) and hasattr(getattr(layers[0], "self_attn", None), "q_norm"),
-                h=text.hidden_size, I=text.intermediate_size, H=H,
-                KV=getattr(text, "num_key_value_heads", None) or H,
-                hd=getattr(text, "head_dim", None) or text.hidden_size // H, V=text.vocab_size)
+                h=text.hidden_size, I=text.intermediate_size, V=text.vocab_size)
+
+def heads(config):
+    """(H, KV, hd) of a text config: attention heads, key/value heads, head dimension."""
+    H, h = config.num_attention_heads, config.hidden_size
+    return H, getattr(config, "num_key_value_heads", None) or H, getattr(config, "head_dim", None) or h // H
 
 def layer_bytes_per_token(config, dtype_bytes, mask_len=0, repeat_kv=False):
     """Bytes autograd saves per token for one Llama/Qwen2/Qwen3 decoder layer, in d = dtype_bytes compute.
     mask_len: the row length T when a padding mask is passed (SDPA then saves a (T, T) float mask per row
     and layer); repeat_kv: k and v saved at all H heads (transformers' CUDA SDPA path with a mask)."""
     d, h, I = dtype_bytes, config.hidden_size, config.intermediate_size
-    H = config.num_attention_heads
-    KV = getattr(config, "num_key_value_heads", None) or H
-    hd = getattr(config, "head_dim", None) or h // H
+    H, KV, hd = heads(config)
     norms = 2 * (4 * h + 2 * d * h + 4)       # x.float(), x * rsqrt (cast), weight * x; rsqrt (fp32)
     kv_heads = H if repeat_kv else KV
     attention = d * (2 * H * hd + 2 * kv_heads * hd) + 4 * H      # q, out, k, v; logsumexp
@@ -161,12 +128,10 @@ def layer_bytes_per_token(config, dtype_bytes, mask_len=0, repeat_kv=False):
     return norms + attention + qk_norm + mlp + d * mask_len
 
 def activation_bytes_per_token(config, dtype_bytes, checkpointing, layers=None, mask_len=0, repeat_kv=False):
-    """Peak bytes per token of the decoder's activations (embedding to final norm): every layer's saved
-    tensors, or with checkpointing each one's input (d h) plus one full set; plus rotary cos, sin (2 hd d)."""
+    """Peak bytes per token of the decoder's activations (embedding to final norm), rotary cos and sin included."""
     layers = config.num_hidden_layers if layers is None else layers
     full = layer_bytes_per_token(config, dtype_bytes, mask_len, repeat_kv)
-    hd = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-    rotary = 2 * hd * dtype_bytes
+    rotary = 2 * heads(config)[2] * dtype_bytes
     if checkpointing:
         return layers * dtype_bytes * config.hidden_size + full + rotary
     return layers * full + rotary
@@ -202,19 +167,15 @@ class Plan:
     micro_batch: dict        # rows, row_len, tokens, completion_tokens, checkpointing
     params: dict             # total, root, block, layers, tied
     host_gib: float          # host RAM per rank the engine needs (vLLM asleep at level 1: its pinned backup)
-    disk: dict = field(default_factory=dict)    # GiB, whole run: checkpoint, checkpoints, export, exports
-    host: dict = field(default_factory=dict)    # host_plan, GiB: per_rank (steady), startup and export (rank 0's
-                                                # fp32 copy), node (the peak), backup, phases, rows, fits
-    kv: dict = field(default_factory=dict)      # KV-cache tokens one rank holds against the step's worst case
+    disk: dict               # GiB, whole run: checkpoint, checkpoints, export, exports
+    host: dict               # host_plan's, GiB: per_rank (steady), startup, export, node (the peak), rows, fits, ...
+    kv: dict                 # KV-cache tokens one rank holds against the step's worst case
 
 def micro_batch_shapes(cfg, lengths=None):
-    """The micro-batches train.micro_batches can make, as (rows, padded row length, sequences per row), one
-    per row count: whole rows while they hold <= micro_batch_size sequences and <= micro_batch_tokens padded
-    tokens (rows x the longest row); a row over the budget goes alone. So r rows are at most min(row_len,
-    micro_batch_tokens // r) long: 1 x 9,216, 2 x 8,192, ..., 8 x 2,048 at the 7B's defaults, all but the
-    first masked. A share_prompts row is a group. --padding_free (the default): one unmasked row of up to
-    micro_batch_tokens (a sequence over it alone), 16,384 at the 7B's defaults. lengths: (prompt, response)
-    tokens (default: the flags)."""
+    """The micro-batches train.micro_batches can make, as (rows, padded row length, sequences per row), one per
+    row count r: at most micro_batch_size sequences, each row at most min(row_len, micro_batch_tokens // r) long,
+    a row over the budget alone; a share_prompts row is a group. --padding_free (the default): one unmasked row of
+    up to micro_batch_tokens (a sequence over it alone). lengths: (prompt, response) tokens. The 7B's: DESIGN.md."""
     prompt, response = lengths or (cfg.max_prompt_len, cfg.max_response_len)
     per_row = cfg.group_size if cfg.share_prompts else 1
     row_len = prompt + per_row * response
@@ -228,28 +189,19 @@ def micro_batch_shapes(cfg, lengths=None):
             shapes.append((rows, T, per_row))
     return shapes
 
-def grad_checkpointing_on(cfg, device):
-    """--grad_checkpointing auto: on for CUDA, where activations decide what fits; off on the CPU."""
-    return cfg.grad_checkpointing == "true" or (cfg.grad_checkpointing == "auto" and device == "cuda")
-
-def engine_kind(cfg, device):
-    """--engine auto: vLLM on CUDA (the engine the paper's class of trainers samples with), ours on the CPU."""
-    return cfg.engine if cfg.engine != "auto" else ("vllm" if device == "cuda" else "torch")
-
 def plan(cfg, world, gpu_memory_gb=80.0, config=None, lengths=None):
     """The memory plan of `cfg` (a train.Config or anything with its fields) on `world` ranks of gpu_memory_gb
     GiB each, for `config` (a transformers config) or else cfg.model's config.json (load_config: ValueError
     in one line unless a sane causal LM's). lengths: (prompt, response) tokens (default: math's flags)."""
     m = config_info(config) if config is not None else \
         model_info(str(Path(cfg.model).resolve()) if Path(cfg.model).is_dir() else cfg.model)
-    config, P, W = m["config"], m["total"], world
+    P, W = m["total"], world
     device = "cpu" if cfg.device == "cpu" else "cuda"
     engine = engine_kind(cfg, device)
-    d = 2 if device == "cuda" else 4                       # compute dtype bytes
     mixed = device == "cuda"
+    d = 2 if mixed else 4                                  # compute dtype bytes
     ckpt = grad_checkpointing_on(cfg, device)
     Lp, Lr = lengths or (cfg.max_prompt_len, cfg.max_response_len)
-    units = m["root"] + 2 * m["block"]                     # the reference's forward: root + current + prefetch
     g = lambda b: b / GiB                                  # noqa: E731
     R = []
 
@@ -286,16 +238,16 @@ def plan(cfg, world, gpu_memory_gb=80.0, config=None, lengths=None):
     row("log-prob head (policy_logp)", 0, u["head"], 0,
         f"chunks + {completion} completion hidden states and their grads (in the head's backward only)",
         "--micro_batch_tokens", step_b=0)
-    if cfg.kl_coef > 0:
-        row("reference model", 4 * P / W, 4 * P / W + d * units, 4 * P / W,
+    if cfg.kl_coef > 0:                       # its forward unshards the root + current + prefetched block
+        row("reference model", 4 * P / W, 4 * P / W + d * (m["root"] + 2 * m["block"]), 4 * P / W,
             "sharded fp32 copy, its units unsharded in its forward", "--kl_coef 0", step_b=4 * P / W)
 
-    V, h = m["V"], m["h"]
     rank_rows = cfg.prompts_per_step // W * cfg.group_size  # rows one rank samples per step
     host, level, kv_tokens = engine_rows(cfg, m, engine, d, gpu_memory_gb * GiB, rank_rows, Lp, Lr, row)
     # the KV cache against the step's worst case: every row of this rank's share at full length
     kv_info = dict(tokens=int(kv_tokens), worst_tokens=rank_rows * (Lp + Lr), rows=rank_rows,
                    rows_at_once=int(min(rank_rows, kv_tokens // (Lp + Lr))))
+    V, h = m["V"], m["h"]
     # the sync gathers full tensors in the engine's dtype, in ~1 GiB buckets; a larger one travels alone
     row("weight-sync bucket", 0, 0, max(GiB, d * V * h), f"full {'bf16' if mixed else 'fp32'} tensors, one bucket")
     if mixed:
@@ -308,14 +260,12 @@ def plan(cfg, world, gpu_memory_gb=80.0, config=None, lengths=None):
     phases = {p: sum(getattr(r, p) for r in R) for p in PHASES}
     peak_phase = max(phases, key=phases.get)
     peak = phases[peak_phase]
-    largest = max(R, key=lambda r: getattr(r, peak_phase))
-    disk = disk_plan(cfg, P)
-    host_info = host_plan(cfg, m, level, g(host), W, rank_rows * Lr, 0 if mixed else peak)
     return Plan(str(cfg.model), W, device, engine, R, phases, peak, peak_phase, float(gpu_memory_gb),
-                peak <= gpu_memory_gb, largest,
+                peak <= gpu_memory_gb, max(R, key=lambda r: getattr(r, peak_phase)),
                 dict(rows=rows_, row_len=row_len, per_row=per_row, response_len=Lr, tokens=tokens,
                      completion_tokens=completion, checkpointing=ckpt),
-                {k: m[k] for k in ("total", "root", "block", "layers", "tied")}, g(host), disk, host_info, kv_info)
+                {k: m[k] for k in ("total", "root", "block", "layers", "tied")}, g(host), disk_plan(cfg, P),
+                host_plan(cfg, m, level, g(host), W, rank_rows * Lr, 0 if mixed else peak), kv_info)
 
 UPDATE_PARTS = ("grads", "unsharded", "activations", "head")
 
@@ -323,24 +273,15 @@ def sum_parts(moment):
     return sum(moment[k] for k in UPDATE_PARTS)
 
 def update_moments(cfg, m, d, ckpt, W, Lr, rows_, row_len, per_row):
-    """What one rank holds, beyond its sharded weights and AdamW moments, at each of the three moments that can
-    peak in the update of one micro-batch shape, {moment: {part: bytes, "completion": tokens}}. The parts of
-    each coexist; those of different moments do not (bench/dry_run.py, measured on fake tensors: the update's
-    peak is (B) at the 7B's defaults, (C) within 20% of it):
-      (A) the head's backward: every layer's kept activations, the final norm's, the head's chunks and its
-          completion hidden states with their gradient, the root unsharded with its head's gradient;
-      (B) the last decoder layer's backward: the kept activations, that layer's whole set recomputed (with
-          checkpointing) and its gradients, two blocks unsharded (current + prefetch), the block's gradients
-          and their fp32 reduce-scatter buffer, the root and its head's gradient;
-      (C) the root's reduce-scatter, at the end: every block's gradients reduced and sharded, the root's
-          gradients unsharded and their fp32 buffer (its parameters resharded)."""
+    """What one rank holds beyond its sharded weights and AdamW moments at the three moments that can peak in the
+    update of one micro-batch shape, {moment: {part: bytes, "completion": tokens}}: (A) the head's backward, (B) the
+    last decoder layer's, (C) the root's reduce-scatter; one moment's parts coexist (DESIGN.md, "The memory plan")."""
     h, I, V, root, block = m["h"], m["I"], m["V"], m["root"], m["block"]
     masked = rows_ > 1 or cfg.share_prompts            # one unpadded row: causal, no mask
-    mixed = d == 2
+    mask_len, repeat_kv = (row_len if masked else 0), masked and d == 2
     # per token: each layer's kept tensors, and with checkpointing the one layer recomputed in its backward
-    kept = activation_bytes_per_token(m["config"], d, ckpt, mask_len=row_len if masked else 0,
-                                      repeat_kv=masked and mixed)
-    recomputed = layer_bytes_per_token(m["config"], d, row_len if masked else 0, masked and mixed) if ckpt else 0
+    kept = activation_bytes_per_token(m["config"], d, ckpt, mask_len=mask_len, repeat_kv=repeat_kv)
+    recomputed = layer_bytes_per_token(m["config"], d, mask_len, repeat_kv) if ckpt else 0
     T, mask = rows_ * row_len, rows_ * row_len ** 2 if masked else 0     # the bool (rows, 1, T, T) mask, once
     completion = rows_ * min(per_row * Lr, row_len - (1 if cfg.share_prompts else per_row))  # >= 1 prompt token each
     chunk = min(CHUNK_BYTES, completion * V * 4 * CHUNK_TEMPS)           # z and p, (chunk, V) fp32
@@ -380,20 +321,16 @@ def engine_rows(cfg, m, engine, d, device_bytes, rank_rows, Lp, Lr, row):
 def disk_plan(cfg, P):
     """GiB on disk for the whole run: a checkpoint (12 bytes a parameter), those kept while the newest is
     written, an export, and how many exports the run writes (one per math epoch, and --export_every)."""
-    n_exports = 0
-    if getattr(cfg, "task", "math") == "math":
-        n_exports += math.ceil(cfg.steps * cfg.prompts_per_step / MATH_PROMPTS)
-    if getattr(cfg, "export_every", 0):
-        n_exports += cfg.steps // cfg.export_every
+    epochs = math.ceil(cfg.steps * cfg.prompts_per_step / MATH_PROMPTS) if getattr(cfg, "task", "math") == "math" else 0
+    n_exports = epochs + (cfg.steps // cfg.export_every if getattr(cfg, "export_every", 0) else 0)
     return dict(checkpoint=12 * P / GiB, checkpoints=12 * P / GiB * (cfg.keep_checkpoints + 1),
                 export=4 * P / GiB, exports=n_exports, exports_total=4 * P / GiB * n_exports)
 
 def host_plan(cfg, m, level, backup, W, rollout_tokens, device_peak):
-    """Host RAM, GiB per node, on rank 0's node (it alone loads the weights and writes the exports) in each
-    phase: rows of (name, {phase: GiB}, why), and the node's peak = the largest phase, not the sum of the rows.
-    level: vLLM's sleep level (None: TorchEngine); backup: its level-1 pinned backup, GiB a rank;
-    rollout_tokens: completion tokens a rank samples per step; device_peak: the plan's GiB a rank on the CPU,
-    where it is host RAM (0 on CUDA)."""
+    """Host RAM on rank 0's node (DESIGN.md, "The memory plan"), GiB, in each phase: rows of (name, {phase: GiB},
+    why), and the node's peak = the largest phase, not the sum of the rows. level: vLLM's sleep level (None:
+    TorchEngine); backup: its level-1 pinned backup, GiB a rank; rollout_tokens: completion tokens a rank samples
+    per step; device_peak: the plan's GiB a rank on the CPU, where it is host RAM (0 on CUDA)."""
     n, copy = min(W, GPUS_PER_NODE), 4 * m["total"] / GiB    # an fp32 copy of every weight, GiB
     math_task = getattr(cfg, "task", "math") == "math"
     rows = []
@@ -426,10 +363,9 @@ def host_plan(cfg, m, level, backup, W, rollout_tokens, device_peak):
             "fits": {size: node <= (1 - OS_RESERVE) * size for size in NODE_RAM_GIB}}
 
 def vllm_pinned_bytes(m):
-    """Host RAM one sleeping vLLM takes at sleep level 1: a pinned copy of each device block, and torch's
-    pinned allocator rounds every block up to a power of two. vLLM 0.32's blocks are its weight tensors in
-    its fused layout (qkv_proj, gate_up_proj), each first rounded up to 2 MiB CUDA pages; small ones as is."""
-    H, KV, hd, h, I, V = m["H"], m["KV"], m["hd"], m["h"], m["I"], m["V"]
+    """Host RAM one sleeping vLLM takes at sleep level 1: a pinned copy of each device block (vLLM 0.32's: its
+    weight tensors in its fused layout, qkv_proj, gate_up_proj), which torch's pinned allocator rounds up (pow2)."""
+    (H, KV, hd), h, I, V = heads(m["config"]), m["h"], m["I"], m["V"]
 
     def pow2(b):            # a large block: 2 MiB pages, then the next power of two; a small one as it is
         return 1 << math.ceil(math.log2(-(-b // (2 << 20)) * (2 << 20))) if b > 10 << 20 else b
@@ -438,35 +374,31 @@ def vllm_pinned_bytes(m):
 
 def format_plan(p):
     """The plan as a table; the last line reads `per rank: X GiB of Y GiB`."""
-    mb = p.micro_batch
-    lines = [f"memory plan: {p.model} | {p.world} ranks | {p.device} | engine {p.engine} | "
-             f"micro-batch {mb['rows']} x {mb['row_len']} tokens | checkpointing {'on' if mb['checkpointing'] else 'off'}",
-             f"{'part (GiB per rank)':36s} " + " ".join(f"{k:>8s}" for k in PHASES) + "  note [flag]"]
-    for r in p.rows:
-        lines.append(f"{r.name:36s} " + " ".join(f"{getattr(r, k):8.2f}" for k in PHASES) + f"  {r.note}"
-                     + (f" [{r.flag}]" if r.flag else ""))
-    lines.append(f"{'total':36s} " + " ".join(f"{p.phases[k]:8.2f}" for k in PHASES)
-                 + f"  peak: {p.peak_phase}")
-    hs, kv = p.host, p.kv
-    if hs:
-        lines.append(f"{'host RAM (GiB per node)':36s} {'startup':>8s} {'steady':>8s} {'export':>8s}  rank 0's node: why")
-        for name, by_phase, why in hs["rows"]:
-            lines.append(f"{name:36s} " + " ".join(f"{v:8.2f}" for v in by_phase.values()) + f"  {why}")
-        lines.append(f"{'total':36s} " + " ".join(f"{v:8.2f}" for v in hs["phases"].values())
-                     + f"  peak: {hs['peak_phase']}")
-        asleep = ("no backup at sleep level 2 (the sync rewrites every weight)" if hs["sleep_level"] == 2 else
-                  f"{hs['backup']:.1f} GiB per rank, the sleeping vLLM's pinned backup (level 1: each block "
-                  "rounded up to a power of two)" if hs["sleep_level"] == 1 else "no engine backup (TorchEngine)")
-        fits = ", ".join(f"{s} GiB {'fits' if ok else 'swaps'}" for s, ok in hs["fits"].items())
-        lines.append(f"host RAM: {asleep}; per node of {hs['ranks_per_node']} ranks {hs['node']:.1f} GiB at most "
-                     f"({hs['peak_phase']}; estimates): {fits} ({OS_RESERVE:.0%} left to the OS)")
-    if kv and kv["tokens"]:
-        lines.append(f"KV cache: {kv['tokens']:,} tokens per rank ({'vLLM, estimated' if p.engine == 'vllm' else '--kv_cache_gb'})"
-                     f" against the step's worst case {kv['worst_tokens']:,} ({kv['rows']} rows at full length): "
+    def cells(name, values, spec="8.2f"):          # a row's name, then one column a phase
+        return f"{name:36s} " + " ".join(f"{v:{spec}}" for v in values)
+    mb, hs, kv, dk = p.micro_batch, p.host, p.kv, p.disk
+    lines = [f"memory plan: {p.model} | {p.world} ranks | {p.device} | engine {p.engine} | micro-batch "
+             f"{mb['rows']} x {mb['row_len']} tokens | checkpointing {'on' if mb['checkpointing'] else 'off'}",
+             cells("part (GiB per rank)", PHASES, ">8s") + "  note [flag]"]
+    lines += [cells(r.name, (getattr(r, k) for k in PHASES)) + f"  {r.note}" + (f" [{r.flag}]" if r.flag else "")
+              for r in p.rows]
+    lines.append(cells("total", (p.phases[k] for k in PHASES)) + f"  peak: {p.peak_phase}")
+    lines.append(cells("host RAM (GiB per node)", ("startup", "steady", "export"), ">8s") + "  rank 0's node: why")
+    lines += [cells(name, by_phase.values()) + f"  {why}" for name, by_phase, why in hs["rows"]]
+    lines.append(cells("total", hs["phases"].values()) + f"  peak: {hs['peak_phase']}")
+    asleep = ("no backup at sleep level 2 (the sync rewrites every weight)" if hs["sleep_level"] == 2 else
+              f"{hs['backup']:.1f} GiB per rank, the sleeping vLLM's pinned backup (level 1: each block "
+              "rounded up to a power of two)" if hs["sleep_level"] == 1 else "no engine backup (TorchEngine)")
+    fits = ", ".join(f"{s} GiB {'fits' if ok else 'swaps'}" for s, ok in hs["fits"].items())
+    lines.append(f"host RAM: {asleep}; per node of {hs['ranks_per_node']} ranks {hs['node']:.1f} GiB at most "
+                 f"({hs['peak_phase']}; estimates): {fits} ({OS_RESERVE:.0%} left to the OS)")
+    if kv["tokens"]:
+        lines.append(f"KV cache: {kv['tokens']:,} tokens per rank "
+                     f"({'vLLM, estimated' if p.engine == 'vllm' else '--kv_cache_gb'}) against the step's worst case "
+                     f"{kv['worst_tokens']:,} ({kv['rows']} rows at full length): "
                      + ("all rows at once" if kv["rows_at_once"] >= kv["rows"] else
                         f"at worst {kv['rows_at_once']} rows at once, the rest wait"
                         + (" or are preempted and recomputed" if p.engine == "vllm" else " for a later batch")))
-    dk = p.disk
     lines.append(f"disk: checkpoint {dk['checkpoint']:.1f} GiB (12 B/param), up to {dk['checkpoints']:.1f} GiB "
                  f"kept while the newest is written; exports {dk['exports']} x {dk['export']:.1f} GiB = "
                  f"{dk['exports_total']:.1f} GiB")
@@ -477,11 +409,10 @@ def format_plan(p):
 
 def verdict(p):
     """None when the plan fits, else one line: what overflows, its largest part, the flag to change."""
-    if p.fits:
-        return None
     r = p.largest
-    return (f"memory plan: {p.peak:.1f} GiB per rank in the {p.peak_phase} phase > {p.device_gib:.1f} GiB; "
-            f"largest part {r.name} ({getattr(r, p.peak_phase):.1f} GiB): shrink it with {r.flag or '--nproc'}")
+    return None if p.fits else (
+        f"memory plan: {p.peak:.1f} GiB per rank in the {p.peak_phase} phase > {p.device_gib:.1f} GiB; "
+        f"largest part {r.name} ({getattr(r, p.peak_phase):.1f} GiB): shrink it with {r.flag or '--nproc'}")
 
 def plan_lengths(cfg, entry):
     """(prompt, response) tokens of the rows of task `entry` (train.TASKS): math's are its flags; one with its
@@ -501,8 +432,7 @@ def make_plan(cfg, world, gpu_memory_gb, entry):
         refuse(e)
 
 def main(cfg, entry):
-    """train.py --plan true: the plan of these flags on --nproc ranks of --gpu_memory_gb each, printed;
-    exit 2 when it does not fit, or when --nproc does not divide the batch."""
+    """train.py --plan true: print the plan on --nproc ranks; exit 2 when it does not fit or --nproc is refused."""
     problems = batch_problems(cfg, cfg.nproc)         # a world size the real run would refuse
     if problems:
         refuse(problems[0].replace("the world size", "--nproc"))
@@ -519,9 +449,6 @@ def check_fits(cfg, world, device, entry):
         refuse(verdict(p))
 
 def kv_bytes_per_token(config, dtype):
-    """Bytes of K and V one token costs in the cache of all layers: 2 * layers * kv_heads * head_dim * size."""
     config = config.get_text_config() if hasattr(config, "get_text_config") else config
-    heads = config.num_attention_heads
-    kv_heads = getattr(config, "num_key_value_heads", None) or heads
-    head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+    _, kv_heads, head_dim = heads(config)
     return 2 * config.num_hidden_layers * kv_heads * head_dim * dtype.itemsize

@@ -1,6 +1,6 @@
 """
-What one RL step logs: rl_step's StepResult becomes one row of metrics.jsonl (step_metrics; every key is
-in DESIGN.md, "Logged metrics"), each mean over the global batch, and the phases' wall clock (Stopwatch).
+What one RL step logs: step_metrics turns rl_step's StepResult into a row of metrics.jsonl (each key in DESIGN.md,
+"Logged metrics"; means over the global batch), Stopwatch times the phases, log_line prints a row as one line.
 """
 import time
 from dataclasses import dataclass
@@ -65,9 +65,19 @@ def step_metrics(r):
                "grad_norm": sum(r.grad_norms) / len(r.grad_norms), "lr": r.lr, "tokens": s["tokens"]}
     if s["mixed"]:                    # a mean over no groups is undefined; 0 would drag run averages down
         metrics["focal/g_mean_mixed"] = s["g_mixed"] / s["mixed"]
-    metrics.update({f"reward/{k}": s[k] for k in r.reward_stats})
-    metrics.update(r.update_stats)
-    metrics.update({f"time/{k}": v for k, v in r.seconds.items()})
-    metrics.update({"tok_per_s": s["tokens"] / r.seconds["step"],
-                    "tok_per_s/rollout": s["tokens"] / r.seconds["rollout"]})
-    return metrics
+    return {**metrics, **{f"reward/{k}": s[k] for k in r.reward_stats}, **r.update_stats,
+            **{f"time/{k}": v for k, v in r.seconds.items()},
+            "tok_per_s": s["tokens"] / r.seconds["step"], "tok_per_s/rollout": s["tokens"] / r.seconds["rollout"]}
+
+def log_line(m, steps):
+    """The one grep-able line a step prints: m, step_metrics' row (and its evaluation's), of `steps` in all."""
+    line = (f"step {m['step']}/{steps} | reward {m['reward/mean']:.3f} | g {m['focal/g_mean']:.2f} "
+            f"| |A| {m['adv/abs_mean_post']:.3f} | zero_std {m['groups/all_correct']:.2f}/"
+            f"{m['groups/all_wrong']:.2f} | clip {m.get('clip/low', m.get('cispo/at_lo', 0)):.3f}/"
+            f"{m.get('clip/high', m.get('cispo/at_hi', 0)):.3f} | ent {m['entropy']:.3f} "
+            f"| len {m['len/mean']:.0f} | trunc {m['trunc/frac']:.2f} | dlogp {m['logp/diff_abs_mean']:.1e} "
+            f"| gnorm {m['grad_norm']:.3f} | sync {m['time/weight_sync']:.2f}s | dt {m['time/step']:.1f}s")
+    evals = [k for k in m if k.startswith("eval/") and k.endswith("/pass@1")]
+    if evals:
+        line += " | eval pass@1 " + " ".join(f"{k.split('/')[1]} {m[k]:.3f}" for k in evals)
+    return line

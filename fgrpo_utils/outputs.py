@@ -1,13 +1,10 @@
 """
 What is ours, and writing it whole. We never delete or overwrite what we did not write; one rule for
-every script:
-- A single output file (evaluate.py's --out results, tables and plots; bench scripts' reports) carries
-  the mark of the script that wrote it inside: a JSON object's "written_by", a table's first line, a
-  PNG's "Software" text (file_mark).
-- A folder we write whole (a maze checkpoint, train.py's exports) or write into (train.py's and
-  simulate.py's --out_dir) carries a marker file, MARKER, listing the names we put in it. An entry is
-  ours when the marker lists it, when the caller names it among its fixed outputs (`known`, globs too:
-  train.py's run.json, "epoch_[0-9]*", ...), or what our atomic write of one left (.NAME.tmp.*, .NAME.old).
+every script (which outputs it covers: DESIGN.md, "When things go wrong", An existing output folder):
+- A single output file carries the mark of the script that wrote it inside (file_mark).
+- A folder we write whole or write into carries a marker file, MARKER, listing the names we put in it. An
+  entry is ours when the marker lists it, when the caller names it among its fixed outputs (`known`, globs
+  too), or what our atomic write of one left (.NAME.tmp.*, .NAME.old).
 A file may be replaced only when it is ours (is_ours); a folder may be written into, or replaced, only
 when every entry in it is ours (check_out_dir). Writes are atomic (atomic_write_text, atomic_dir): a
 reader, or a resumed run, sees the old file or the new one, never half of one.
@@ -40,24 +37,6 @@ def read_json(path, keys=()):
     if not isinstance(obj, dict) or missing:
         raise Damaged(f"damaged: {path} (no {', '.join(missing) or 'JSON object'})")
     return obj
-
-def read_jsonl(path):
-    """The rows of a JSON-lines log (train.py's metrics.jsonl). A cut last line, what a kill mid-write
-    leaves, is dropped, as train.py's resume drops it; a bad line before the last is Damaged."""
-    try:
-        lines = Path(path).read_text().splitlines()
-    except UnicodeDecodeError as e:
-        raise Damaged(f"damaged: {path} ({type(e).__name__})") from None
-    rows = []
-    for i, line in enumerate(lines, 1):
-        if line.strip():
-            try:
-                rows.append(json.loads(line))
-            except ValueError:
-                if i == len(lines):
-                    break
-                raise Damaged(f"damaged: {path}:{i} (not a JSON line)") from None
-    return rows
 
 def file_sha256(path):
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
@@ -94,7 +73,7 @@ def written_by(script):
 TABLE_MARK = "<!-- written by "       # a table's first line: an HTML comment, invisible when rendered
 
 def file_mark(path):
-    """The mark inside an output file ("fgrpo evaluate.py"; where: the module docstring), or None."""
+    """The mark in an output file ("fgrpo evaluate.py": JSON "written_by", .md first line, PNG "Software"), or None."""
     p = Path(path)
     try:
         if p.suffix == ".json":
@@ -112,9 +91,8 @@ def file_mark(path):
         return None
 
 def is_ours(path, script=None):
-    """Whether an existing file or folder is ours to replace. A file: the marker of its folder lists
-    it, or it carries our mark inside (file_mark), `script`'s own when given. A folder: it holds our
-    marker and nothing that is not ours (foreign_entries). Symlinks are never ours: we make none."""
+    """Whether an existing file or folder is ours to replace (the module docstring's rule; with `script`, only
+    that script's mark counts). Symlinks are never ours: we make none."""
     p = Path(path)
     if p.is_symlink():
         return False
@@ -140,7 +118,6 @@ def write_table_out(path, text, script):
     atomic_write_text(path, f"{TABLE_MARK}{written_by(script)}; rerunning it replaces this file -->\n" + text)
 
 def png_metadata(script):
-    """savefig(..., metadata=png_metadata(script)) puts `script`'s mark in the PNG."""
     return {"Software": written_by(script)}
 
 def check_out_file(path, flag, script):
@@ -152,19 +129,16 @@ def check_out_file(path, flag, script):
     check_writable(p.parent, flag)
 
 def owned_entries(folder):
-    """The names the marker of `folder` lists (none without a readable marker)."""
     try:
         return set(json.loads((Path(folder) / MARKER).read_text())["entries"])
     except (OSError, ValueError, KeyError, TypeError):
         return set()
 
 def is_temp_of(entry, names, patterns=()):
-    """Whether `entry` is what a killed atomic write of one of `names` or `patterns` (globs) left."""
     return any(entry.startswith(f".{n}.tmp.") or entry == f".{n}.old" for n in names) or \
         any(fnmatchcase(entry, f".{p}.tmp.*") or fnmatchcase(entry, f".{p}.old") for p in patterns)
 
 def check_writable(path, flag):
-    """`path` can be created: its nearest existing ancestor is a folder we may write in."""
     p = Path(path)
     check(str(path).strip() != "", f"{flag}: empty path")
     existing = next(q for q in (p, *p.parents) if q.exists())
@@ -187,14 +161,12 @@ def check_out_dir(path, flag="--out_dir", known=()):
     check_writable(p, flag)
 
 def mark_out_dir(path, entries):
-    """Create folder `path` and record `entries` (names in it) as ours, beside those recorded before."""
     p = Path(path)
     p.mkdir(parents=True, exist_ok=True)
     atomic_write_json(p / MARKER, {"written_by": "fgrpo (see fgrpo_utils/outputs.py, MARKER)",
                                    "entries": sorted(owned_entries(p) | set(entries))})
 
 def remove_temp(folder, names, patterns=()):
-    """Delete what killed atomic writes of `names` or `patterns` (globs) left in `folder`, and only that."""
     folder = Path(folder)
     for entry in (os.listdir(folder) if folder.is_dir() else []):
         if is_temp_of(entry, names, patterns):
@@ -237,9 +209,8 @@ def atomic_dir(path, write):
     replace_dir(tmp, path)
 
 def replace_dir(src, dst):
-    """Move folder `src` to `dst` by rename. A `dst` already there is moved aside to .NAME.old first
-    and removed only once the new one is in place, so a kill at any moment leaves the old folder or
-    the new one at `dst` (or neither, with both beside it under our temp names)."""
+    """Move folder `src` to `dst` by rename, a `dst` already there first moved aside to .NAME.old: a kill at any
+    moment leaves the old folder or the new one at `dst` (or neither, both beside it under our temp names)."""
     src, dst = Path(src), Path(dst)
     old = dst.parent / f".{dst.name}.old"
     shutil.rmtree(old, ignore_errors=True)

@@ -7,7 +7,6 @@ import contextlib
 import functools
 import inspect
 import os
-import sys
 from pathlib import Path
 
 import torch
@@ -19,20 +18,18 @@ from transformers import AttentionInterface, AutoConfig, AutoModelForCausalLM, Q
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
+from fgrpo_utils.cli import refuse
 from fgrpo_utils.distributed import print0
 from fgrpo_utils.logprob import ATTENTION, VARLEN, register_policy_forward
-from fgrpo_utils.memory_plan import engine_kind, grad_checkpointing_on
 
 # -----------------------------------------------------------------------------
 # Attention, for the trainer and TorchEngine, registered with transformers as ATTENTION
-
 def attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None, decode=None, segments=None,
               **kwargs):
     """A transformers attention function (query (B, H, Tq, D), key/value (B, KV, Tk, D) -> (B, Tq, H, D)):
-    transformers' SDPA, but on the CPU the KV heads are read in place (enable_gqa), not copied H / KV
-    times (repeat_kv: a quarter of a maze rollout). With `decode` (TorchEngine's GroupKV) the cache is ours.
-    With `segments` (logprob.pack's padding-free row: sequence boundaries 0 = e_0 < e_1 < ... along Tq)
-    each sequence attends causally to itself alone, without a mask: CUDA's flash kernel where it applies."""
+    transformers' SDPA, but on the CPU the KV heads are read in place (enable_gqa), not copied H / KV times
+    (repeat_kv: a quarter of a maze rollout). `decode`: TorchEngine's GroupKV holds the cache. `segments`:
+    logprob.pack's row boundaries 0 = e_0 < e_1 < ..., each sequence causal alone, maskless (flash on CUDA)."""
     if segments is not None:
         return torch.cat([attention(module, query[:, :, s:e], key[:, :, s:e], value[:, :, s:e], None, dropout,
                                     scaling, **kwargs)[0] for s, e in zip(segments, segments[1:])], dim=1), None
@@ -79,15 +76,13 @@ def use_attention(model, kind="loop"):
 
 # -----------------------------------------------------------------------------
 # The policy: load, shard with FSDP2, build
-
 WEIGHT_FILES = ["*.json", "*.safetensors", "*.model", "*.txt", "*.tiktoken"]   # config, weights, tokenizer
 
 def fetch_weights(flags):
     """Hub ids (ORG/NAME) into the local Hugging Face cache before the process group starts, so that no rank
     waits inside vLLM's set-up or a collective's timeout while rank 0 alone downloads 15 GB. Every rank
-    calls it; huggingface_hub locks each file, so one process per node downloads it and the others wait
-    for that. flags: {"--model": name, ...}; local folders, "tiny" and "" are left as they are. A fetch
-    that fails (offline, no such repository) is one line naming the flag, exit 2."""
+    calls it (huggingface_hub locks each file: one process per node downloads). flags: {"--model": name,
+    ...}; local folders, "tiny" and "" are skipped. A failed fetch is one line naming the flag, exit 2."""
     for flag, name in flags.items():
         if not name or name == "tiny" or Path(name).expanduser().exists():
             continue
@@ -98,23 +93,20 @@ def fetch_weights(flags):
         try:
             snapshot_download(name, allow_patterns=WEIGHT_FILES)
         except Exception as e:          # the hub's errors have no common base: offline, 404, HTTP, disk
-            first = str(e).strip().splitlines()[0] if str(e).strip() else ""
-            print(f"error: {flag} {name}: cannot fetch it from the Hugging Face hub ({type(e).__name__}: {first})",
-                  file=sys.stderr, flush=True)
-            sys.exit(2)
+            first = (str(e).strip().splitlines() or [""])[0]
+            refuse(f"{flag} {name}: cannot fetch it from the Hugging Face hub ({type(e).__name__}: {first})")
 
 def load_model(cfg, tokenizer, dtype=torch.float32, meta=False, own=None):
     """The policy as a transformers model with `attention`; meta=True: on the meta device, from its config
     alone (no weights read). --model tiny: own() (a task's policy, for its own tokenizer) or tiny_qwen."""
-    if cfg.model == "tiny":                           # a random policy for tests and smoke runs
-        torch.manual_seed(cfg.seed)                   # same init on every rank
-        with torch.device("meta") if meta else contextlib.nullcontext():
+    with torch.device("meta") if meta else contextlib.nullcontext():
+        if cfg.model == "tiny":                       # a random policy for tests and smoke runs
+            torch.manual_seed(cfg.seed)               # same init on every rank
             model = (own() if own else tiny_qwen(len(tokenizer))).to(dtype)
-    elif meta:
-        with torch.device("meta"):
+        elif meta:
             model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(cfg.model), dtype=dtype)
-    else:
-        model = AutoModelForCausalLM.from_pretrained(cfg.model, dtype=dtype)
+        else:
+            model = AutoModelForCausalLM.from_pretrained(cfg.model, dtype=dtype)
     return use_attention(model, cfg.attention)
 
 def tiny_qwen(vocab_size):
@@ -124,10 +116,8 @@ def tiny_qwen(vocab_size):
         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096, tie_word_embeddings=True))
 
 def shard(model, device, mixed=None):
-    """FSDP2: each block (a class in _no_split_modules, as every HF causal LM has) is a unit, then the root.
-    fully_shard moves one unit at a time from the CPU, keeping only this rank's shard on the device: never
-    the whole fp32 model (28 GiB for a 7B). mixed (default: on CUDA): bf16 compute, fp32 master weights and
-    reductions; bench/dry_run.py asks for it on the CPU."""
+    """FSDP2 as DESIGN.md's "The trainer" says: each block (a class in _no_split_modules) a unit, then the
+    root. mixed (default: on CUDA): bf16 compute, fp32 master weights and reductions (bench/dry_run.py: CPU)."""
     mixed = device.type == "cuda" if mixed is None else mixed
     mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if mixed \
         else MixedPrecisionPolicy()
@@ -156,11 +146,14 @@ def shard_from_rank0(model, full, device):
             dist.broadcast(b, 0)
     return model
 
+def engine_kind(cfg, device):
+    """--engine auto: vLLM on CUDA (the engine the paper's class of trainers samples with), ours on the CPU."""
+    return cfg.engine if cfg.engine != "auto" else ("vllm" if device == "cuda" else "torch")
+
 def build(cfg, tokenizer, device, new_engine, load):
     """(policy sharded, reference sharded or None, rollout engine, optimizer), from load(cfg, tokenizer,
     dtype, meta) and new_engine(kind, its own model or None, dtype). Weights are read once, by rank 0;
-    every other copy is built on the meta device and filled from that one, the engine's by the caller's
-    weight sync (vLLM loads "dummy" weights, never read from disk, all rewritten as after a level-2 sleep)."""
+    every other copy is built on the meta device and filled from that one, the engine's by the weight sync."""
     full = load(cfg, tokenizer, torch.float32) if dist.get_rank() == 0 else None
     model = load(cfg, tokenizer, torch.float32, meta=True)
     engine_dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
@@ -178,6 +171,10 @@ def build(cfg, tokenizer, device, new_engine, load):
             for name, b in engine_model.named_buffers():
                 b.copy_(model.get_buffer(name))
     return model, ref_model, engine, optimizer(model, cfg)
+
+def grad_checkpointing_on(cfg, device):
+    """--grad_checkpointing auto: on for CUDA, where activations decide what fits; off on the CPU."""
+    return cfg.grad_checkpointing == "true" or (cfg.grad_checkpointing == "auto" and device == "cuda")
 
 def checkpointing(model, cfg, device_type):
     """Per-layer activation checkpointing when --grad_checkpointing says so; non-reentrant: the reentrant

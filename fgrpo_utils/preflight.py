@@ -1,8 +1,7 @@
 """
-What train.py checks before any work, each problem refused in one line with exit status 2: its flags
-(check_config, the body of Config.__post_init__), the task's flags and inputs, then at start-up the
-packages, the device and the engine flags (check_environment). `tasks` is train.py's TASKS table (a
-TaskEntry per name): nothing here imports a script.
+What train.py checks before any work, each problem refused in one line with exit status 2: its flags and
+inputs (check_config, the body of Config.__post_init__), then at start-up the device, packages and engine
+flags (check_environment). `tasks` is train.py's TASKS table (a TaskEntry per name), so no script is imported.
 """
 import dataclasses
 import importlib.util
@@ -13,8 +12,8 @@ import torch.distributed as dist
 
 from fgrpo_utils.cli import check, check_choices, check_device, check_min, check_positive, check_pretrained, refuse
 from fgrpo_utils.distributed import device_type
-from fgrpo_utils.memory_plan import engine_kind
 from fgrpo_utils.outputs import check_out_dir
+from fgrpo_utils.policy import engine_kind
 from fgrpo_utils.run_folder import TRAIN_OUTPUTS
 
 # The largest value each numeric flag's use allows, and why; the smallest are in check_config.
@@ -34,8 +33,7 @@ UPPER = {"seed": (2**32 - 1, "a 32-bit seed, as numpy's and the engines' take"),
 
 def check_config(cfg, tasks):
     """Config.__post_init__: ValueError('--flag ...') for the first flag out of range, set for another
-    task, or set where it cannot act; then, unless --plan (which reads only the model's config.json),
-    the model, the tokenizer, the task's own flags and inputs (its TaskEntry.check) and --out_dir."""
+    task or where it cannot act; then, unless --plan, the inputs (check_inputs) and --out_dir."""
     check_choices(cfg)
     check(cfg.group_size >= 2, f"--group_size {cfg.group_size}: need >= 2 for a group baseline")
     check_min(cfg, 1, "prompts_per_step", "mini_batch_prompts", "micro_batch_size", "steps",
@@ -45,9 +43,8 @@ def check_config(cfg, tasks):
               "micro_batch_tokens")
     for name, (high, why) in UPPER.items():     # past these a run fails after set-up, or never gets going
         check(getattr(cfg, name) <= high, f"--{name} {getattr(cfg, name)}: at most {high:,} ({why})")
-    check(cfg.prompts_per_step % cfg.mini_batch_prompts == 0,
-          f"--prompts_per_step {cfg.prompts_per_step} must be a multiple of "
-          f"--mini_batch_prompts {cfg.mini_batch_prompts}")
+    check(cfg.prompts_per_step % cfg.mini_batch_prompts == 0, f"--prompts_per_step {cfg.prompts_per_step} must be "
+          f"a multiple of --mini_batch_prompts {cfg.mini_batch_prompts}")
     check_positive(cfg, "lr", "grad_clip", "temperature", "kv_cache_gb", "gpu_memory_gb")
     check(cfg.lr * cfg.weight_decay < 1, f"--weight_decay {cfg.weight_decay}: lr x weight_decay must be < 1 "
           "(AdamW multiplies each weight by 1 - lr x weight_decay a step)")
@@ -56,8 +53,7 @@ def check_config(cfg, tasks):
     check(cfg.vllm_sleep_level in (1, 2), f"--vllm_sleep_level {cfg.vllm_sleep_level}: expected 1 or 2")
     # The clip range [1 - eps_low, 1 + eps_high] must hold 1, and a ratio is never below 0.
     check(cfg.eps_low is None or 0 <= cfg.eps_low <= 1, f"--eps_low {cfg.eps_low}: must be in [0, 1]")
-    check(cfg.eps_high is None or 0 <= cfg.eps_high < math.inf,
-          f"--eps_high {cfg.eps_high}: must be >= 0 and finite")
+    check(cfg.eps_high is None or 0 <= cfg.eps_high < math.inf, f"--eps_high {cfg.eps_high}: must be >= 0 and finite")
     # The dual clip caps a negative-advantage token's loss at c|A|; at c <= 1 it cuts below clipped PPO.
     check(1 < cfg.dual_clip < math.inf, f"--dual_clip {cfg.dual_clip}: must be > 1 and finite")
     for name in ("adam_beta1", "adam_beta2"):
@@ -65,7 +61,8 @@ def check_config(cfg, tasks):
     check(0 < cfg.top_p <= 1, f"--top_p {cfg.top_p}: must be in (0, 1]")
     check(1 <= cfg.passk_k <= (cfg.group_size if cfg.weighting == "passk" else 1 << 20),
           f"--passk_k {cfg.passk_k}: must be in [1, --group_size {cfg.group_size}]")
-    check(0 <= cfg.wreinforce_lambda < math.inf, f"--wreinforce_lambda {cfg.wreinforce_lambda}: must be >= 0 and finite")
+    check(0 <= cfg.wreinforce_lambda < math.inf,
+          f"--wreinforce_lambda {cfg.wreinforce_lambda}: must be >= 0 and finite")
     check(0 <= cfg.unlikely_beta <= 1, f"--unlikely_beta {cfg.unlikely_beta}: must be in [0, 1]")
     # A cap below 1 would shrink every token's loss, the on-policy ones too (w = 1 when the engine agrees).
     check(cfg.tis_cap == 0 or 1 <= cfg.tis_cap <= 1e4, f"--tis_cap {cfg.tis_cap}: must be 0 (off) or in [1, 1e4]")
@@ -100,9 +97,8 @@ def check_flags_act(cfg):
             "attention": (not cfg.padding_free or cfg.share_prompts)
             and "acts only on the padding-free row (--padding_free true, --share_prompts false)"}
     for name, why in idle.items():
-        value = getattr(cfg, name)
-        check(not why or value == type(cfg).__dataclass_fields__[name].default,
-              f"--{name} {value}: {why}; leave it out")
+        check(not why or getattr(cfg, name) == type(cfg).__dataclass_fields__[name].default,
+              f"--{name} {getattr(cfg, name)}: {why}; leave it out")
 
 def check_inputs(cfg, entry):
     """The model, tokenizer and the task's own inputs (entry.check) are what they claim, before any load."""
@@ -120,38 +116,34 @@ def check_task_flags(cfg, tasks):
     """A flag of another task (a row of `tasks` lists it) is refused unless default: the run would drop it."""
     reads, task_flags = tasks[cfg.task].flags, {name for entry in tasks.values() for name in entry.flags}
     for f in dataclasses.fields(cfg):
-        if f.name in task_flags and f.name not in reads and getattr(cfg, f.name) != f.default:
-            check(False, f"--{f.name} {getattr(cfg, f.name)}: --task {cfg.task} ignores it (it reads "
-                  f"{' '.join('--' + n for n in reads) or 'no task flag'}); leave it out")
+        check(f.name not in task_flags or f.name in reads or getattr(cfg, f.name) == f.default,
+              f"--{f.name} {getattr(cfg, f.name)}: --task {cfg.task} ignores it (it reads "
+              f"{' '.join('--' + n for n in reads) or 'no task flag'}); leave it out")
 
 def check_environment(cfg, entry):
-    """At start-up, exit 2 in one line when the run needs a package beyond requirements.txt that is not
-    installed (the task's, entry.packages; vLLM; wandb), a GPU this torch cannot see (or --attention varlen's
-    kernel) or sets an engine flag its engine does not read; the line names the flag and the fix. Not part of
-    check_config: a Config must build where these are missing (bench/gpu_check.py builds one on a GPU image)."""
+    """At start-up, exit 2 in one line naming the flag and the fix for a GPU this torch cannot see (or
+    --attention varlen's kernel), a package beyond requirements.txt not installed (the task's, vLLM, wandb)
+    or an engine flag the engine does not read. Not part of check_config: a Config must build where these
+    are missing (bench/gpu_check.py builds one on a GPU image)."""
+    device = device_type(cfg)
     try:
         check_device(cfg.device)
-    except ValueError as e:
-        refuse(e)
-    device = device_type(cfg)
-    if cfg.attention == "varlen" and device != "cuda":
-        refuse(f"--attention varlen: needs CUDA (a flash kernel) and this run is on the {device}; leave it out")
-    if cfg.attention == "varlen" and importlib.util.find_spec("torch.nn.attention.varlen") is None:
-        refuse("--attention varlen: this torch has no torch.nn.attention.varlen (2.10 and later do); leave it out")
-    engine = engine_kind(cfg, device)
-    vllm_fix = ("needs vLLM: pip install -r requirements-gpu.txt" if cfg.engine == "vllm" else
-                "uses vLLM on CUDA, which is not installed: pip install -r requirements-gpu.txt, or pass "
-                "--engine torch")
-    needs = [*(entry.packages(cfg) if entry.packages else []),
-             ("vllm", engine == "vllm", f"--engine {cfg.engine}", vllm_fix),
-             ("wandb", cfg.wandb, "--wandb true", "needs wandb (optional, not in any requirements file): "
-              "pip install wandb")]
-    for package, needed, flag, fix in needs:
-        if needed and importlib.util.find_spec(package) is None:
-            refuse(f"{flag}: {fix}")
-    try:
+        if cfg.attention == "varlen" and device != "cuda":
+            refuse(f"--attention varlen: needs CUDA (a flash kernel) and this run is on the {device}; leave it out")
+        if cfg.attention == "varlen" and importlib.util.find_spec("torch.nn.attention.varlen") is None:
+            refuse("--attention varlen: this torch has no torch.nn.attention.varlen (2.10 and later do); leave it out")
+        vllm_fix = ("needs vLLM: pip install -r requirements-gpu.txt" if cfg.engine == "vllm" else
+                    "uses vLLM on CUDA, which is not installed: pip install -r requirements-gpu.txt, or pass "
+                    "--engine torch")
+        needs = [*(entry.packages(cfg) if entry.packages else []),
+                 ("vllm", engine_kind(cfg, device) == "vllm", f"--engine {cfg.engine}", vllm_fix),
+                 ("wandb", cfg.wandb, "--wandb true", "needs wandb (optional, not in any requirements file): "
+                  "pip install wandb")]
+        for package, needed, flag, fix in needs:
+            if needed and importlib.util.find_spec(package) is None:
+                refuse(f"{flag}: {fix}")
         check_engine_flags(cfg, device)
-    except ValueError as e:
+    except ValueError as e:                # check_device's and check_engine_flags' one line
         refuse(e)
 
 def check_engine_fits(cfg, engine, max_new_tokens, pad_id):

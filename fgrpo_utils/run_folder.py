@@ -7,14 +7,10 @@ How train.py uses it, in order (the gloo group these wait in is distributed.IO_G
     ckpt, meta = check_run(cfg, out, problems)         # lock out_dir, refuse what cannot run, find --resume's
     start = resume_from(model, opt, ckpt, meta)        # load it, or the next older whole one
     log = start_logging(cfg, out, task, world, start)  # run.json; metrics.jsonl cut back to `start`
-    log(metrics)                                       # every step: a metrics.jsonl row and one printed line
+    log(metrics)                                       # every step: a metrics.jsonl row (and wandb)
     export(model, tokenizer, out, due_exports(cfg, ...), cfg, progress(cfg, ...))   # epoch_E, step_N, final
     save_checkpoint(model, opt, step, cfg, out)        # every --save_every steps and at the end
-out_dir holds only TRAIN_OUTPUTS (outputs.check_out_dir refuses a folder holding anything else):
-    run.json, metrics.jsonl          the config, git SHA and versions; one JSON line per step
-    ckpt/step_NNNNNN/                DCP shards + meta.json (step, config, RNG state, each file's CRC-32)
-    final/, epoch_E/, step_NNNNNN/   Hugging Face model folders with progress.json (evaluate.py --models)
-    .fgrpo.json, .train.lock         our marker (outputs.MARKER); the OS lock held while a run lives
+out_dir holds only TRAIN_OUTPUTS (what each is: DESIGN.md, "Checkpoints", "Exports", "An existing output folder").
 """
 import contextlib
 import fcntl
@@ -43,10 +39,9 @@ from fgrpo_utils.distributed import io_barrier
 from fgrpo_utils.outputs import (MARKER, atomic_dir, atomic_write_json, atomic_write_text, code_hashes, fingerprint,
                                  is_ours, mark_out_dir, remove_temp, replace_dir)
 
-# The module docstring's list; the exports epoch_E and step_NNNNNN are glob patterns (export_names).
+# What out_dir may hold (outputs.check_out_dir refuses anything else); epoch_E, step_NNNNNN: globs (due_exports).
 TRAIN_OUTPUTS = ("run.json", "metrics.jsonl", "ckpt", "final", "wandb", "epoch_[0-9]*", "step_[0-9]*", ".train.lock")
-# Flags a resumed run may change: how the same experiment runs, is logged and is evaluated. Any other
-# difference from the checkpoint's config (gamma, lr, loss, model, data, seed, batch, ...) is refused.
+# Flags a resumed run may change; any other difference is refused (DESIGN.md, "When things go wrong").
 RESUME_MAY_CHANGE = ("steps", "save_every", "eval_every", "eval_mazes", "eval_samples", "sample_every",
                      "wandb", "out_dir", "resume", "threads", "device", "engine", "micro_batch_size",
                      "micro_batch_tokens", "padding_free", "share_prompts", "grad_checkpointing", "export_every",
@@ -56,9 +51,8 @@ RESUME_MAY_CHANGE = ("steps", "save_every", "eval_every", "eval_mazes", "eval_sa
 # -----------------------------------------------------------------------------
 # Before any work: lock out_dir, refuse what cannot run, tidy what killed runs left
 def check_run(cfg, out, problems=()):
-    """Collective. Refuse, in one line, what only shows once the process group exists: out_dir in use by
-    another run (first: it says the most), the caller's `problems`, then folder_problems; then tidy what
-    killed runs left. Returns (the checkpoint folder --resume continues from, or None; its meta.json)."""
+    """Collective. Refuse, in one line, what only shows once the process group exists (the lock's answer first: it
+    says the most); tidy what killed runs left. Returns (--resume's checkpoint folder or None, its meta.json)."""
     problems = (lock_out_dir(out) if dist.get_rank() == 0 else []) + list(problems)
     ckpt, meta, skipped = find_checkpoint(step_folders(out / "ckpt")) if cfg.resume else (None, None, [])
     if skipped and ckpt is None:                       # retraining would rewrite the log and the damaged folders
@@ -82,8 +76,7 @@ def check_run(cfg, out, problems=()):
     return ckpt, meta
 
 def folder_problems(cfg, out, ckpt, meta):
-    """What in out_dir stops this run: what the run would rewrite or replace that is not ours, an earlier
-    run's checkpoints without --resume; with it, another experiment's checkpoint or export, a damaged export."""
+    """What in out_dir stops this run, one line each, in the order check_run reports them (it says the first)."""
     problems, ckpt_root = [], out / "ckpt"
     exports = sorted(p for p in out.glob("*_*") if re.fullmatch(r"epoch_\d+|step_\d{6,}", p.name) and p.is_dir())
     for name in (*LOGS, MARKER):                  # a folder where our file goes: every write there would fail
@@ -93,12 +86,12 @@ def folder_problems(cfg, out, ckpt, meta):
         if (out / name).exists() and not is_ours(out / name, "train.py"):
             problems.append(f"--out_dir {out}: holds {name}, which no train.py run wrote there (no {MARKER} "
                             "lists it); move it away or choose another --out_dir")
-    for p in sorted(ckpt_root.glob("step_*")) if ckpt_root.is_dir() else []:
-        if re.fullmatch(r"step_\d+", p.name) and (p.is_symlink() or not p.is_dir()):
+    for p in sorted(q for q in ckpt_root.glob("step_*") if re.fullmatch(r"step_\d+", q.name)):
+        if p.is_symlink() or not p.is_dir():
             problems.append(f"--out_dir {out}: ckpt/{p.name} is {'a symlink' if p.is_symlink() else 'a file'}, not "
                             "a checkpoint of ours; move it away")
-        elif re.fullmatch(r"step_\d+", p.name) and foreign_files(p):    # a save of that step would replace it
-            problems.append(f"--out_dir {out}: ckpt/{p.name} holds {foreign_files(p)[0]!r}, which we did not write; "
+        elif foreign := foreign_files(p):            # a save of that step would replace it
+            problems.append(f"--out_dir {out}: ckpt/{p.name} holds {foreign[0]!r}, which we did not write; "
                             "move it away")
     if not cfg.resume and (step_folders(ckpt_root) or (ckpt_root / "latest").exists() or exports):
         problems.append(f"--out_dir {out} holds checkpoints or exports of an earlier run: pass --resume true, "
@@ -142,20 +135,22 @@ LOCK = ".train.lock"
 _lock = None                  # the open lock file: held while this process lives
 
 def lock_out_dir(out):
-    """Lock out_dir/.train.lock for this run's lifetime (rank 0): a second train.py on it, fresh or --resume,
-    is refused at once instead of interleaving its metrics and checkpoints with ours. The kernel drops the
-    lock however the process dies, so a killed run never blocks its own resume. Returns [problem] or [].
-    Not `filelock`: its 3.x releases (what many torch installs bring) open with O_TRUNC, erasing the
-    holder's "pid N" line at every refused attempt, and follow a symlink put in the lock's place."""
+    """Lock out_dir/.train.lock for this run's lifetime (rank 0; why: DESIGN.md, "When things go wrong", Two runs
+    on one --out_dir). Returns [problem] or []. Not `filelock`: its 3.x releases (what many torch installs bring)
+    open with O_TRUNC, erasing the holder's "pid N" line at every refused attempt, and follow a symlink put in the
+    lock's place."""
     global _lock
     out.mkdir(parents=True, exist_ok=True)
     path = out / LOCK
     if path.is_symlink() or (path.exists() and not path.is_file()):
         return [f"--out_dir {out}: {LOCK} is {'a symlink' if path.is_symlink() else 'not a file'}, not our lock "
                 "file; move it away"]
-    if path.is_file() and not lock_is_ours(path):
-        return [f"--out_dir {out}: {LOCK} is a file that no train.py run wrote (it holds no 'pid N on HOST' "
-                "line); move it away"]
+    if path.is_file():                # ours holds one "pid N on HOST" line, or nothing (killed before it wrote)
+        with open(path, "rb") as f:
+            head = f.read(512)
+        if not re.fullmatch(rb"(pid \d+ on [^\n]*\n?)?", head):
+            return [f"--out_dir {out}: {LOCK} is a file that no train.py run wrote (it holds no 'pid N on HOST' "
+                    "line); move it away"]
     try:               # O_NOFOLLOW: a symlink put there since the check is refused, never written through
         f = os.fdopen(os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644), "r+")
     except OSError as e:
@@ -178,15 +173,8 @@ def lock_out_dir(out):
     _lock = f
     return []
 
-def lock_is_ours(path):
-    """What lock_out_dir writes in .train.lock: one "pid N on HOST" line, or nothing (killed before
-    it wrote). Anything else is a user's file of that name, never written over."""
-    with open(path, "rb") as f:
-        head = f.read(512)
-    return re.fullmatch(rb"(pid \d+ on [^\n]*\n?)?", head) is not None
-
 # -----------------------------------------------------------------------------
-# Logs: run.json once, then one metrics.jsonl line and one printed line per step
+# Logs: run.json once, then one metrics.jsonl line per step
 def start_logging(cfg, out, task, world, start):
     """Rank 0 writes run.json, drops metrics logged after the checkpoint, and gets the logger."""
     if dist.get_rank() != 0:
@@ -216,7 +204,6 @@ def keep_metrics_until(path, step):
     atomic_write_text(path, "".join(l + "\n" for l in keep))
 
 def make_logger(cfg, out):
-    """One grep-able line per step, the full metrics to metrics.jsonl (and wandb if asked)."""
     run = None
     if cfg.wandb:
         import wandb
@@ -227,16 +214,6 @@ def make_logger(cfg, out):
             f.write(json.dumps(m) + "\n")
         if run is not None:
             run.log(m, step=m["step"])
-        line = (f"step {m['step']}/{cfg.steps} | reward {m['reward/mean']:.3f} | g {m['focal/g_mean']:.2f} "
-                f"| |A| {m['adv/abs_mean_post']:.3f} | zero_std {m['groups/all_correct']:.2f}/"
-                f"{m['groups/all_wrong']:.2f} | clip {m.get('clip/low', m.get('cispo/at_lo', 0)):.3f}/"
-                f"{m.get('clip/high', m.get('cispo/at_hi', 0)):.3f} | ent {m['entropy']:.3f} "
-                f"| len {m['len/mean']:.0f} | trunc {m['trunc/frac']:.2f} | dlogp {m['logp/diff_abs_mean']:.1e} "
-                f"| gnorm {m['grad_norm']:.3f} | sync {m['time/weight_sync']:.2f}s | dt {m['time/step']:.1f}s")
-        evals = [k for k in m if k.startswith("eval/") and k.endswith("/pass@1")]
-        if evals:
-            line += " | eval pass@1 " + " ".join(f"{k.split('/')[1]} {m[k]:.3f}" for k in evals)
-        print(line, flush=True)
     return log
 
 class DiskTrouble(Exception):
@@ -244,9 +221,8 @@ class DiskTrouble(Exception):
 
 @contextlib.contextmanager
 def writing(path):
-    """Around writes under `path`: an OSError, or what torch's writer and DCP make of one (a full disk
-    reads "unexpected pos N vs M", no OSError in sight), becomes DiskTrouble saying where and why;
-    an error that is not the disk's passes unchanged."""
+    """Around writes under `path`: an OSError, or what torch's writer and DCP make of one (DESIGN.md, "When things
+    go wrong", A full disk), becomes DiskTrouble saying where and why; an error not the disk's passes unchanged."""
     try:
         yield
     except (OSError, RuntimeError, SafetensorError, CheckpointException) as e:   # safetensors': no OSError
@@ -255,7 +231,8 @@ def writing(path):
         why = disk_trouble(path, e)
         if why is None:
             raise
-        raise DiskTrouble(f"{why}; fix that, then rerun with --resume true (the checkpoints before are whole)") from None
+        raise DiskTrouble(f"{why}; fix that, then rerun with --resume true (the checkpoints before are "
+                          "whole)") from None
 
 def causes(e):
     """The error, its causes, and DCP's per-rank failures."""
@@ -275,9 +252,7 @@ def disk_trouble(path, e):
     err = next((x for x in causes(e) if isinstance(x, OSError) and x.strerror), None)
     if err is not None:
         return f"{err.filename or path}: {err.strerror}"
-    where = Path(path)
-    while not where.exists():
-        where = where.parent
+    where = next(p for p in (Path(path), *Path(path).parents) if p.exists())
     free = shutil.disk_usage(where).free
     if free < 64 << 20:
         return f"{path}: no space left on the device ({free >> 10} KiB free there)"
@@ -286,9 +261,7 @@ def disk_trouble(path, e):
     return None
 
 # -----------------------------------------------------------------------------
-# Checkpoints: DCP, one folder ckpt/step_NNNNNN per save, and no "latest" pointer to fall out of step:
-# resume takes the newest whole one. Each is written under a temp name and renamed once complete, so a
-# kill at any moment leaves every step_* folder whole or (disk trouble aside) absent.
+# Checkpoints: DCP, one folder ckpt/step_NNNNNN per save, no "latest" pointer (DESIGN.md, "When things go wrong")
 def save_checkpoint(model, opt, step, cfg, out_dir):
     """Collective: save model, optimizer and RNG as ckpt/step_NNNNNN; drop what --keep_checkpoints drops."""
     ckpt_root = Path(out_dir) / "ckpt"
@@ -305,8 +278,7 @@ def save_checkpoint(model, opt, step, cfg, out_dir):
         with writing(tmp):
             atomic_write_json(tmp / "meta.json", {"step": step, "config": asdict(cfg), "inputs": inputs(cfg),
                                                   "rng": torch.get_rng_state().tolist(), "crc32": crcs})
-        # A damaged step_N that resume skipped is replaced, not an error; one holding a file of
-        # someone else's is not (check_run refused it up front; this is the last line of defence).
+        # A damaged step_N is replaced; one holding someone else's file is not (check_run refused it up front).
         foreign = foreign_files(final) if final.is_dir() else []
         check(not foreign, f"{final}: holds {foreign[:1]}, which we did not write; not replaced")
         with writing(final):
@@ -327,6 +299,8 @@ def save_checkpoint(model, opt, step, cfg, out_dir):
 CHECKPOINT_FILES = re.compile(r"meta\.json|\.metadata|__\d+_\d+\.distcp")
 
 def crc32(path, chunk=1 << 24):
+    if not path.is_file():
+        return None                     # a missing file: check_crcs says so
     crc = 0
     with open(path, "rb") as f:
         while block := f.read(chunk):
@@ -338,22 +312,20 @@ def shard_crcs(folder, names=None):
     DCP stores no checksum and bytes changed inside a tensor load without an error: meta.json keeps these."""
     if names is None:
         names = sorted(f.name for f in folder.iterdir() if f.name != "meta.json" and CHECKPOINT_FILES.fullmatch(f.name))
-    mine = {n: crc32(folder / n) if (folder / n).is_file() else None
-            for n in names[dist.get_rank()::dist.get_world_size()]}
+    mine = {n: crc32(folder / n) for n in names[dist.get_rank()::dist.get_world_size()]}
     parts = [None] * dist.get_world_size()
     dist.all_gather_object(parts, mine, group=distributed.IO_GROUP)
     return {n: c for part in parts for n, c in part.items()}
 
 def check_crcs(folder, meta, collective=True):
-    """ValueError naming the first DCP file whose bytes differ from those saved (saved without CRCs: passes).
-    Collective unless `collective` is False: then this rank reads them all."""
+    """ValueError naming the first DCP file not as saved (none saved: passes); collective unless told not."""
     saved = meta.get("crc32")
     if saved is None:
         return
-    now = shard_crcs(folder, sorted(saved)) if collective else \
-        {n: crc32(folder / n) if (folder / n).is_file() else None for n in saved}
+    now = shard_crcs(folder, sorted(saved)) if collective else {n: crc32(folder / n) for n in saved}
     for name in sorted(saved):
-        check(now[name] == saved[name], f"{name}: {'missing' if now[name] is None else 'bytes differ from those saved'}")
+        check(now[name] == saved[name],
+              f"{name}: {'missing' if now[name] is None else 'bytes differ from those saved'}")
 
 # {step folder: whether resume would load it}, for the folders this process saved, loaded or checked:
 # retention asks at every save, and reading a 7B's checkpoint again each time would cost minutes.
@@ -370,9 +342,7 @@ def loadable(path):
     return LOADABLE[str(path)]
 
 def superseded_checkpoints(ckpt_root, keep):
-    """The step folders to delete once a new checkpoint is complete: those older than the `keep` newest that
-    resume would load (loadable), so a damaged newest folder never costs the last good one. Only folders
-    holding nothing but our files are candidates; exports live outside ckpt/, never touched."""
+    """Step folders older than the `keep` newest loadable ones, holding only our files (DESIGN.md, "Checkpoints")."""
     whole, old = 0, []
     for path in step_folders(ckpt_root):
         if whole >= keep:
@@ -388,7 +358,6 @@ def foreign_files(step_dir):
                   if not (CHECKPOINT_FILES.fullmatch(f.name) and f.is_file() and not f.is_symlink()))
 
 def step_folders(ckpt_root):
-    """ckpt/step_NNNNNN folders, newest first."""
     found = [p for p in Path(ckpt_root).glob("step_*") if re.fullmatch(r"step_\d+", p.name) and p.is_dir()
              and not p.is_symlink()]
     return sorted(found, key=lambda p: int(p.name[5:]), reverse=True)
@@ -406,7 +375,8 @@ def checkpoint_meta(path):
     check(isinstance(rng, list) and len(rng) == torch.get_rng_state().numel()
           and all(isinstance(b, int) and 0 <= b < 256 for b in rng), "meta.json: no whole RNG state")
     crcs = meta.get("crc32", {})
-    check(isinstance(crcs, dict) and all(isinstance(n, str) and CHECKPOINT_FILES.fullmatch(n) and isinstance(c, int) for n, c in crcs.items()), "meta.json: bad crc32")
+    check(isinstance(crcs, dict) and all(isinstance(n, str) and CHECKPOINT_FILES.fullmatch(n) and isinstance(c, int)
+                                         for n, c in crcs.items()), "meta.json: bad crc32")
     try:
         storage = dcp.FileSystemReader(str(path)).read_metadata().storage_data
     except Exception as e:            # a cut pickle raises EOFError, UnpicklingError, ... by where it was cut
@@ -427,31 +397,26 @@ def find_checkpoint(folders):
             skipped.append(f"{path.name} ({e})")
     return None, None, skipped
 
-def load_checkpoint(model, opt, path, meta):
-    """Restore model, optimizer and RNG from a folder find_checkpoint chose; the step to continue from."""
-    check_crcs(path, meta)
-    msd, osd = get_state_dict(model, opt)
-    state = {"model": msd, "optim": osd}
-    dcp.load(state, checkpoint_id=str(path), process_group=distributed.IO_GROUP)
-    set_state_dict(model, opt, model_state_dict=state["model"], optim_state_dict=state["optim"])
-    torch.set_rng_state(torch.tensor(meta["rng"], dtype=torch.uint8))
-    LOADABLE[str(path)] = True
-    return meta["step"]
-
 def resume_from(model, opt, ckpt, meta):
-    """Load the checkpoint check_run chose; one that passes checkpoint_meta may still fail (a shard damaged
-    inside, its size unchanged): then every rank alike warns and takes the next older whole one (a partial
-    load is harmless: the next overwrites every tensor). Refuses when none loads; returns the step."""
+    """Restore model, optimizer and RNG from check_run's checkpoint, or else the next older whole one (DESIGN.md,
+    "A damaged checkpoint"; a partial load is harmless: the next overwrites every tensor). Returns the step."""
     while True:
+        err = None
         try:
-            step, err = load_checkpoint(model, opt, ckpt, meta), None
+            check_crcs(ckpt, meta)
+            msd, osd = get_state_dict(model, opt)
+            state = {"model": msd, "optim": osd}
+            dcp.load(state, checkpoint_id=str(ckpt), process_group=distributed.IO_GROUP)
+            set_state_dict(model, opt, model_state_dict=state["model"], optim_state_dict=state["optim"])
+            torch.set_rng_state(torch.tensor(meta["rng"], dtype=torch.uint8))
+            LOADABLE[str(ckpt)] = True
         except (Exception, CheckpointException) as e:    # many kinds; DCP's own is a BaseException
-            step, err = None, f"{type(e).__name__}: {str(e)[:120]}"
+            err = f"{type(e).__name__}: {str(e)[:120]}"
         errors = [None] * dist.get_world_size()
         dist.all_gather_object(errors, err, group=distributed.IO_GROUP)
         errors = [e for e in errors if e]
         if not errors:
-            return step
+            return meta["step"]
         older = [p for p in step_folders(ckpt.parent) if int(p.name[5:]) < int(ckpt.name[5:])]
         failed, (ckpt, meta, _) = ckpt, find_checkpoint(older)
         if dist.get_rank() == 0:
@@ -462,8 +427,7 @@ def resume_from(model, opt, ckpt, meta):
             refuse(f"--resume: no checkpoint in {failed.parent} could be loaded; move the damaged ones away")
 
 def check_safetensors(path):
-    """ValueError unless a .safetensors file is as long as its header says (a cut file fails this
-    without reading a tensor): 8 bytes of header length, the JSON header, then the tensors' bytes."""
+    """ValueError unless a .safetensors file is as long as its header says (a cut one fails, no tensor read)."""
     try:
         with open(path, "rb") as f:
             n = int.from_bytes(f.read(8), "little")
@@ -471,11 +435,11 @@ def check_safetensors(path):
         end = max((v["data_offsets"][1] for k, v in header.items() if k != "__metadata__"), default=0)
     except (OSError, ValueError, KeyError, TypeError, IndexError):
         raise ValueError(f"{path.name}: unreadable header") from None
-    check(path.stat().st_size == 8 + n + end, f"{path.name}: {path.stat().st_size} bytes, its header says {8 + n + end}")
+    size = path.stat().st_size
+    check(size == 8 + n + end, f"{path.name}: {size} bytes, its header says {8 + n + end}")
 
 def inputs(cfg):
-    """{flag: outputs.fingerprint} of the files the run reads (--model, also the KL reference; --tokenizer;
-    --data): a resume from a checkpoint is refused if they changed. Taken once per process, at the first call."""
+    """{flag: outputs.fingerprint} of --model, --tokenizer, --data, read once (DESIGN.md, "Resume with other flags")."""
     key = tuple(getattr(cfg, k) for k in INPUTS)
     if key not in FINGERPRINTS:
         FINGERPRINTS[key] = {k: fingerprint(getattr(cfg, k)) if getattr(cfg, k) else None for k in INPUTS}
@@ -491,33 +455,24 @@ def conflict_message(folder, changed):
 BEFORE_FLAG = {"maze_reward": "walk"}
 
 def resume_conflicts(saved, cfg):
-    """The flags of `cfg` that differ from the `saved` config and may not change on resume, as "--name now
-    (was before)". A field `saved` lacks (added since) is compared with BEFORE_FLAG's value, if any."""
+    """The flags not in RESUME_MAY_CHANGE that differ from `saved` (or BEFORE_FLAG), as "--name now (was before)"."""
     now, saved = asdict(cfg), {**BEFORE_FLAG, **saved}
     return [f"--{k} {now[k]} (was {v})" for k, v in saved.items()
             if k in now and k not in RESUME_MAY_CHANGE and now[k] != v]
 
 # -----------------------------------------------------------------------------
-# Exports: Hugging Face model folders that from_pretrained and evaluate.py load as they are; epoch_E and
-# step_NNNNNN are for checkpoint selection (App. L.4; evaluate.py --models, select_checkpoint).
-def export_names(cfg, done, num_prompts):
-    """The exports due once `done` steps are finished. Step s trains on global prompt indices s * P ...
-    (s + 1) * P - 1 (P = --prompts_per_step); index i is problem i mod num_prompts of epoch i // num_prompts
-    (reward.make_task shuffles each epoch). So epoch_E follows the step reaching index E * num_prompts - 1,
-    which also trained on epoch E + 1's first prompts unless P divides num_prompts. The maze: no epochs."""
+# Exports: Hugging Face model folders for evaluate.py and checkpoint selection (App. L.4; DESIGN.md, "Exports")
+def due_exports(cfg, done, num_prompts, out):
+    """The exports due once `done` steps are finished (when epoch_E falls: DESIGN.md, "Exports"). Those already in
+    out_dir are left out: they are this run's (a fresh run refuses exports; a resumed one redoes steps whose exports
+    a killed try may have written, same settings: check_run). Rank 0 decides for everyone, since every rank must
+    join export's gather or none."""
     names = []
     P = cfg.prompts_per_step
     if num_prompts and done * P // num_prompts > (done - 1) * P // num_prompts:
         names.append(f"epoch_{done * P // num_prompts}")       # at most one a step: num_prompts >= P
     if cfg.export_every and done % cfg.export_every == 0:
         names.append(f"step_{done:06d}")
-    return names
-
-def due_exports(cfg, done, num_prompts, out):
-    """export_names less those already in out_dir, which are this run's: a fresh run refuses exports, and a
-    resumed one redoes steps whose exports a killed try may have written (same settings: check_run). Rank 0
-    decides for everyone, since every rank must join export's gather or none."""
-    names = export_names(cfg, done, num_prompts)
     if names:
         decided = [[n for n in names if not (out / n).exists()]]
         dist.broadcast_object_list(decided, src=0)
@@ -532,9 +487,8 @@ def progress(cfg, done, num_prompts):
             "config": asdict(cfg), "git": git_sha()}
 
 def export(model, tokenizer, out_dir, names, cfg, info):
-    """Write out_dir/NAME for each of `names`: model.safetensors, config, tokenizer, progress.json (`info`).
-    Every rank joins one gather of the full state dict (FSDP2 needs them all; cpu_offload keeps it on
-    rank 0 only); rank 0 writes each folder atomically (outputs.atomic_dir) while the others wait."""
+    """Write out_dir/NAME for each of `names`: model.safetensors, config, tokenizer, progress.json (`info`). Every rank
+    joins one gather (FSDP2 needs them all); rank 0 writes each folder atomically (outputs.atomic_dir)."""
     sd = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
     if dist.get_rank() == 0:
         def write(tmp):

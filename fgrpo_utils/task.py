@@ -7,22 +7,17 @@ from typing import Callable
 @dataclass
 class Task:
     """What a task gives the trainer; train.py's --task NAME builds one through its row in TASKS (TaskEntry).
-    A new task is a copy of toy_task.py plus that row: toy_task.py's docstring gives the steps.
 
     prompt(i) -> (prompt_ids, answer): training prompt i, a global index (step * prompts_per_step + ...),
         the same on every rank and world size; `answer` is whatever score needs.
     score(answers, completions) -> (rewards, stats): a reward per completion (a list of token ids) and a
         {name: count} summed over ranks, logged as reward/NAME ({} for none). A reward is 1.0 correct, 0.0
-        not, or partial credit in [r_wrong, r_correct] = [0, 1] (advantage.success_rate refuses others);
-        then mu_hat of Eq. 11 is the group's mean reward rescaled, (mean R - r_wrong) / (r_correct - r_wrong),
-        not a fraction of correct, and groups/all_correct, all_wrong count groups all at 1.0 or all at 0.0.
+        not, or partial credit in [0, 1] (advantage.success_rate refuses others): then mu_hat of Eq. 11 is
+        the group's mean reward, and groups/all_correct, all_wrong count groups all at 1.0 or all at 0.0.
     evaluate(engine, rank, world) -> {name: [c_i]}: optional (None: no held-out set). For each problem of
         this rank's share of the held-out set, how many of its eval_samples samples are correct under each
         reward rule (the training rule first), or count another event (the maze: truncated). train.py logs
-        pass@k of each over all ranks as eval/NAME/pass@k; evaluate.py keeps the counts for its tests.
-    The task flags (--data, --max_prompt_len, --max_response_len: math; --maze_size, --maze_reward,
-    --eval_every, --eval_mazes, --eval_samples: maze) are read only by tasks whose TASKS row lists them;
-    any other task refuses them when set. A task sets its own response budget and prompt length."""
+        pass@k of each over all ranks as eval/NAME/pass@k; evaluate.py keeps the counts for its tests."""
     prompt: Callable
     score: Callable
     stop_token_ids: list              # a rollout ends at the first of these (included in the completion)

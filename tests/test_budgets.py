@@ -6,16 +6,18 @@ README walk through one RL step that a reader can follow in one sitting.
 The program is every tracked .py outside tests/, bench/, assignments/ and results/.
 """
 import ast
+import json
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = {"train.py", "rollout.py", "advantage.py", "reward.py", "evaluate.py", "maze.py", "simulate.py",
            "toy_task.py"}                      # the card's seven, and the template task beside them
 SUPPORT = "fgrpo_utils"                        # every other module of the program lives here
-TOTAL, TRAIN, FILE, FUNCTION = 6500, 550, 700, 80
-WALK, WALK_LINES = 30, 600                     # the README's trace of one RL step
+TOTAL, TRAIN, FILE, FUNCTION = 6000, 550, 700, 80
+WALK, WALK_LINES, WALK_FILES = 30, 600, 5      # the README's trace of one RL step
 
 
 def program():
@@ -72,44 +74,84 @@ def test_support_modules_import_no_script():
     assert not bad, bad
 
 
-def walk_refs():
-    """(file, line) of each `name` (`file.py:N`) in the README's walk through one RL step, in order."""
+SKIPPED = "### What the walk skips"               # the README's list of machinery a reader may skip
+REF = re.compile(r"`((?:fgrpo_utils/)?\w+\.py):(\d+)`")
+
+
+def walk_sections():
+    """(the walk, the list of what it skips): the README's text of each."""
     text = (ROOT / "README.md").read_text()
     walk = text[text.index("## One RL step, through the code"):]
     walk = walk[:walk.index("\n## ", 3)]
-    return [(m.group(1), int(m.group(2))) for m in re.finditer(r"`((?:fgrpo_utils/)?\w+\.py):(\d+)`", walk)]
+    return walk[:walk.index(SKIPPED)], walk[walk.index(SKIPPED):]
 
 
-def defined_at(files):
-    """{(file, line): function node} for every def (and class) of the program."""
+def named(text, defs):
+    """The definitions `name` (`file.py:N`) references in text name, in order: [(file, qualname, node)]."""
+    refs = list(dict.fromkeys((m.group(1), int(m.group(2))) for m in REF.finditer(text)))
+    missing = [f"{f}:{n}" for f, n in refs if (f, n) not in defs]
+    assert not missing, f"README walk references that are no def or class line: {missing}"
+    return [(f, *defs[f, n]) for f, n in refs]
+
+
+def definitions(files):
+    """{(file, line): (qualname, node)} for every def and class of the program, nested ones too."""
     out = {}
+
+    def visit(f, node, prefix):
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                q = prefix + child.name
+                out[f, child.lineno] = q, child
+                visit(f, child, q + ("." if isinstance(child, ast.ClassDef) else ".<locals>."))
+            else:
+                visit(f, child, prefix)
     for f, text in files.items():
-        for n in ast.walk(ast.parse(text)):
-            if isinstance(n, (ast.FunctionDef, ast.ClassDef)):
-                out[f, n.lineno] = n
+        visit(f, ast.parse(text), "")
     return out
 
 
+def covers(name, qualname):
+    """A named function covers itself and what it defines; a named class, its methods."""
+    return qualname == name or qualname.startswith(name + ".")
+
+
 def test_the_readme_walk_is_one_sitting_and_depth_first():
-    """The walk names ~30 functions and ~600 lines at most, each one reached from a function named
-    before it (a method by its name, as `engine.generate` reaches TorchEngine.generate), starting at
-    train.main: the path a reader traces from main to the optimizer step and the log line."""
-    files = program()
-    defs = defined_at(files)
-    refs = list(dict.fromkeys(walk_refs()))
-    named = [(ref, defs.get(ref)) for ref in refs]
-    missing = [f"{f}:{n}" for (f, n), node in named if node is None]
-    assert not missing, f"README walk references that are no def or class line: {missing}"
-    nodes = [node for _, node in named]
-    assert nodes[0].name == "main" and refs[0][0] == "train.py"
+    """The walk names 30 functions at most, 600 lines of their full text, in 5 files, each reached from a
+    function named before it (a method by its name, as `engine.generate` reaches TorchEngine.generate),
+    starting at train.main: the path a reader traces from main to the optimizer step and the log line."""
+    walk, _ = walk_sections()
+    nodes = named(walk, definitions(program()))
+    assert nodes[0][:2] == ("train.py", "main"), nodes[0][:2]
     assert len(nodes) <= WALK, f"the walk names {len(nodes)} functions, over {WALK}"
-    size = sum(body_lines(n) for n in nodes)               # a class named counts whole (its methods)
+    size = sum(node.end_lineno - node.lineno + 1 for _, _, node in nodes)     # a class counts whole
     assert size <= WALK_LINES, f"the walk's functions hold {size} lines, over {WALK_LINES}"
+    files = sorted({f for f, _, _ in nodes})
+    assert len(files) <= WALK_FILES, f"the walk reads {len(files)} files, over {WALK_FILES}: {files}"
 
     def referenced(node):                  # the names a function calls or passes on
         return {n.id if isinstance(n, ast.Name) else n.attr for n in ast.walk(node)
                 if isinstance(n, (ast.Name, ast.Attribute))}
-    for i, node in enumerate(nodes[1:], 1):
-        reached = set().union(*(referenced(n) for n in nodes[:i]))
-        assert node.name in reached, \
-            f"{refs[i][0]}:{refs[i][1]} {node.name} is not reached from any function named before it in the walk"
+    for i, (f, q, node) in enumerate(nodes[1:], 1):
+        reached = set().union(*(referenced(n) for _, _, n in nodes[:i]))
+        assert node.name in reached, f"{f} {q} is not reached from any function named before it in the walk"
+
+
+def test_the_walk_and_its_skip_list_name_every_function_a_step_runs(tmp_path):
+    """One maze step at one rank, profiled (tests/step_profile.py): every program function it runs is walked
+    or in the list of what the walk skips, and every walked function ran."""
+    out = subprocess.run([sys.executable, str(ROOT / "tests" / "step_profile.py"), "--task", "maze", "--model",
+                          "tiny", "--maze_size", "7", "--device", "cpu", "--threads", "1", "--steps", "2",
+                          "--prompts_per_step", "4", "--mini_batch_prompts", "4", "--group_size", "4",
+                          "--skip_dead_groups", "false", "--eval_mazes", "4", "--out_dir", str(tmp_path / "run")],
+                         cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    ran = {tuple(x) for x in json.loads(out.stdout.strip().splitlines()[-1])}
+    walk, skipped = walk_sections()
+    defs = definitions(program())
+    walked, listed = named(walk, defs), named(skipped, defs)
+    loose = sorted(f"{f} {q}" for f, q in ran
+                   if not any(g == f and covers(n, q) for g, n, _ in walked + listed))
+    assert not loose, f"a step runs these, which the README neither walks nor lists as skipped: {loose}"
+    idle = [f"{f} {n}" for f, n, _ in walked if not any(g == f and covers(n, q) for g, q in ran)]
+    assert not idle, f"the walk names these, which one maze step does not run: {idle}"

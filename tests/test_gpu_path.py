@@ -149,7 +149,7 @@ def test_update_gradient_is_the_same_without_padding(group, extra):
     for pf in (False, True):
         cfg = small_cfg(padding_free=pf, **extra)
         model.zero_grad(set_to_none=True)
-        stats, _ = train.update_minibatch(model, ref, prompts, completions, A, old, on_policy=False, cfg=cfg,
+        stats, _ = train.update_minibatch(model, ref, prompts, completions, A, old, cfg=cfg,
                                           pad_id=0, device=torch.device("cpu"), world=1)
         out[pf] = stats, {n: p.grad.full_tensor().clone() for n, p in model.named_parameters()}
     for k, v in out[False][0].items():
@@ -178,8 +178,8 @@ def test_an_idle_pass_is_two_tokens(group):
         with pytest.MonkeyPatch.context() as mp:
             mp.setattr(train, "micro_batches", lambda *a: real(*a) + [[]] * extra)
             model.zero_grad(set_to_none=True)
-            train.update_minibatch(model, None, prompts, completions, A, None, on_policy=True,
-                                   cfg=small_cfg(padding_free=pf), pad_id=0, device=torch.device("cpu"), world=1)
+            train.update_minibatch(model, None, prompts, completions, A, None, cfg=small_cfg(padding_free=pf),
+                                   pad_id=0, device=torch.device("cpu"), world=1)
         return list(seen), {n: p.grad.full_tensor().clone() for n, p in model.named_parameters()}
 
     for pf in (False, True):
@@ -202,7 +202,7 @@ def test_mini_batch_0_reuses_its_first_forward_as_pi_old(group, monkeypatch):
             return Qwen2ForCausalLM(Qwen2Config(vocab_size=12, hidden_size=32, intermediate_size=64,
                                                 num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
                                                 max_position_embeddings=128)).to(dtype)
-    model, _, _, opt = train.build(cfg, None, 0, torch.device("cpu"), load=load)
+    model, _, _, opt = train.build_models(cfg, None, 0, torch.device("cpu"), load=load)
     task = SimpleNamespace(prompt=lambda i: ([4, 5, 6, 4 + i % 3][: 2 + i % 3], None), max_new_tokens=8,
                            stop_token_ids=[1], score=lambda answers, comps: ([float(len(c) % 2) for c in comps], {}))
     rollouts = FakeEngine().generate([None, None], 4, None)

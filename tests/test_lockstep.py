@@ -227,7 +227,7 @@ def update_grads(rank, world, cases):
                for i, c in enumerate(completions)]
         mine = slice(rank * 16 // world, (rank + 1) * 16 // world)
         P, C, adv = prompts[mine], completions[mine], A[mine]
-        stats, _ = train.update_minibatch(model, None, P, C, adv, old[mine], on_policy=False, cfg=cfg, pad_id=0,
+        stats, _ = train.update_minibatch(model, None, P, C, adv, old[mine], cfg=cfg, pad_id=0,
                                           device=torch.device("cpu"), world=world)
         passes = len(train.micro_batches(cfg, P, C, train.live_rows(cfg, adv)))
         out.append(({n: p.grad.full_tensor().clone() for n, p in model.named_parameters()}, stats, passes))
@@ -274,7 +274,7 @@ def step_row(rank, world):
     """One train.rl_step of a tiny policy (2 mini-batches of 2 groups of 4, fixed completions) on this rank:
     its metrics.jsonl row (step_metrics)."""
     cfg = small_cfg(prompts_per_step=4, mini_batch_prompts=2, micro_batch_size=2)
-    model, _, _, opt = train.build(cfg, None, 0, torch.device("cpu"), load=tiny_loader(2))
+    model, _, _, opt = train.build_models(cfg, None, 0, torch.device("cpu"), load=tiny_loader(2))
     task = SimpleNamespace(prompt=lambda i: ([4, 5, 6, 4 + i % 3] * (1 + i % 2), None), max_new_tokens=8,
                            stop_token_ids=[1], score=lambda answers, comps: ([float(len(c) % 2) for c in comps], {}))
     r = train.rl_step(cfg, 0, task, model, None, FakeEngine(), opt, pad=0, device=torch.device("cpu"),

@@ -231,7 +231,7 @@ def test_a_bad_config_json_is_one_line_not_a_traceback(data, tmp_path, case, cap
         memory_plan.load_config(tmp_path)
     assert "\n" not in str(e.value) and time.perf_counter() - t0 < 5      # 2M layers took 20 s in transformers
     with pytest.raises(SystemExit) as e:
-        train.main(train.Config(plan=True, model=str(tmp_path)))
+        memory_plan.main(train.Config(plan=True, model=str(tmp_path)), train.TASKS["math"])
     err = capsys.readouterr().err
     assert e.value.code == 2 and len(err.strip().splitlines()) == 1 and "config.json" in err, err
 
@@ -255,7 +255,8 @@ def test_plan_refuses_a_world_size_the_run_would_refuse(data, nproc, capsys):
             train.Config(plan=True, model=str(data / MODELS / "qwen2.5-7b"), nproc=nproc)
         return
     with pytest.raises(SystemExit) as e:
-        train.main(train.Config(plan=True, model=str(data / MODELS / "qwen2.5-7b"), nproc=nproc))
+        cfg = train.Config(plan=True, model=str(data / MODELS / "qwen2.5-7b"), nproc=nproc)
+        memory_plan.main(cfg, train.TASKS["math"])
     err = capsys.readouterr().err
     assert e.value.code == 2 and err.startswith(f"error: --prompts_per_step 256 must be divisible by --nproc {nproc}")
 

@@ -2,7 +2,7 @@
 
 Qwen2.5-1.5B's config.json at full width (hidden 1536, intermediate 8960, its full 151,936-token tied
 vocabulary) with 2 decoder layers, random init, fp32: distributed.init_dist("cpu") (a process group of one),
-train.build (FSDP2 on one rank, TorchEngine's unsharded copy, AdamW) and one train.rl_step (rollouts
+train.build_models (FSDP2 on one rank, TorchEngine's unsharded copy, AdamW) and one train.rl_step (rollouts
 to the length cap, on-policy update, weight sync), with a math-shaped task as bench/gpu_check.py's.
 The child's peak RSS above its RSS after the imports, read after each phase in the step's order
 (ru_maxrss is monotone), is set beside the plan's phases for the same train.Config:
@@ -82,7 +82,7 @@ CHILD = textwrap.dedent("""
                        micro_batch_tokens=0, warmup_steps=0, sample_every=0, out_dir=out)
     base = rss()
     t0 = time.perf_counter()
-    model, ref_model, engine, opt = train.build(cfg, None, pad, device, load=load)
+    model, ref_model, engine, opt = train.build_models(cfg, None, pad, device, load=load)
     for group in opt.param_groups:                               # AdamW's lazy init, done up front
         for p in group["params"]:
             opt.state[p] = {"step": torch.tensor(0.0), "exp_avg": torch.zeros_like(p),

@@ -121,7 +121,7 @@ def test_the_trainers_step_uses_the_weightings_advantages(group, weighting, beta
     flags = {"passk": dict(passk_k=2), "wreinforce": dict(wreinforce_lambda=0.1)}.get(weighting, {})
     cfg = small_cfg(weighting=weighting, unlikely_beta=beta, gamma=0.5 if weighting == "focal" else 0.0,
                     prompts_per_step=4, mini_batch_prompts=4, **flags)
-    model, _, _, opt = train.build(cfg, None, 0, torch.device("cpu"), load=tiny_loader(2))
+    model, _, _, opt = train.build_models(cfg, None, 0, torch.device("cpu"), load=tiny_loader(2))
     task = SimpleNamespace(prompt=lambda i: ([4, 5, 6, 4 + i % 3], None), max_new_tokens=8, stop_token_ids=[1],
                            score=lambda answers, comps: ([float(len(c) % 2) for c in comps], {}))
     r = train.rl_step(cfg, 0, task, model, None, FakeEngine(), opt, pad=0, device=torch.device("cpu"),
@@ -196,7 +196,7 @@ def test_tis_in_the_update_is_the_advantage_times_w(group, level, on_policy):  #
     cfg = small_cfg(loss="grpo", tis_cap=1.5, tis_level=level)
     kw = dict(cfg=cfg, pad_id=0, device="cpu", world=1)
     model.zero_grad(set_to_none=True)
-    _, old = train.update_minibatch(model, None, prompts, completions, A, None, on_policy=True, **kw)
+    _, old = train.update_minibatch(model, None, prompts, completions, A, None, **kw)
     delta = torch.linspace(0.01, 0.8, len(completions), dtype=F64)      # some weights over the cap, some not
     T = torch.tensor([len(c) for c in completions], dtype=F64)
     w = (delta.exp() if level == "token" else (delta * T).exp()).clamp(max=1.5)
@@ -205,7 +205,7 @@ def test_tis_in_the_update_is_the_advantage_times_w(group, level, on_policy):  #
     def grads(A, engine_logp):
         model.zero_grad(set_to_none=True)
         stats, _ = train.update_minibatch(model, None, prompts, completions, A, None if on_policy else old,
-                                          on_policy=on_policy, engine_logp=engine_logp, **kw)
+                                          engine_logp=engine_logp, **kw)
         return stats, [p.grad.full_tensor().clone() for p in model.parameters()]
     stats, got = grads(A, [o - d for o, d in zip(old, delta)])
     _, want = grads(A * w, None)
@@ -222,7 +222,7 @@ def test_tis_on_the_torch_engine_is_exactly_one(group):  # noqa: F811
     runs = {}
     for tis in ({}, dict(tis_cap=2.0), dict(tis_cap=2.0, tis_level="sequence")):
         cfg = small_cfg(prompts_per_step=4, mini_batch_prompts=2, **tis)          # mini-batch 1 is off-policy
-        model, _, engine, opt = train.build(cfg, None, 0, torch.device("cpu"), load=tiny_loader(2))
+        model, _, engine, opt = train.build_models(cfg, None, 0, torch.device("cpu"), load=tiny_loader(2))
         runs[str(tis)] = train.rl_step(cfg, 0, task, model, None, engine, opt, pad=0, device=torch.device("cpu"),
                                        rank=0, world=1)
     plain, *tis_runs = runs.values()

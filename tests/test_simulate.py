@@ -3,6 +3,8 @@
     .venv/bin/python -m pytest -q tests/test_simulate.py          # ~20 s on 2 cores
 """
 import json
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -12,6 +14,9 @@ from fgrpo_utils import outputs
 import advantage
 import simulate as S
 from fgrpo_utils.cli import parse_config
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+from simulate_step import naive_step  # noqa: E402   the N-sample autograd reference
 
 
 def small_cfg(**kw):
@@ -115,7 +120,7 @@ def fast_and_naive(cfg, N, gamma, steps, seed=0):
     gen = torch.Generator().manual_seed(seed)
     for _ in range(steps):
         a = torch.multinomial(torch.softmax(z_naive.detach(), 0), N, replacement=True, generator=gen)
-        S.naive_step(z_naive, opt_naive, N, gamma, R, cfg.surrogate, a=a)
+        naive_step(z_naive, opt_naive, N, gamma, R, cfg.surrogate, a=a)
         idx, c = a.unique(return_counts=True)
         p = torch.softmax(z_fast.detach()[0], 0)
         z_fast.grad[0] = S.surrogate_grad(p, idx, c.float(), N, gamma, R, cfg.surrogate, cfg.r_correct, cfg.r_wrong)
@@ -243,7 +248,7 @@ def test_fast_simulator_matches_naive_in_distribution():
         opt = S.make_optimizer(z, cfg, fused=False)
         gen = torch.Generator().manual_seed(1000 + s)
         for _ in range(cfg.steps):
-            S.naive_step(z, opt, 16, 0.0, R, cfg.surrogate, generator=gen)
+            naive_step(z, opt, 16, 0.0, R, cfg.surrogate, generator=gen)
         naive.append([v.item() for v in S.metrics(torch.softmax(z.detach(), 0), p0_pos, cfg.num_correct)])
     naive = np.array(naive).T
     se = np.sqrt(fast.var(1, ddof=1) / len(seeds) + naive.var(1, ddof=1) / len(seeds))

@@ -154,7 +154,7 @@ def test_live_groups_balanced_across_ranks_give_the_same_update(ws_runs):
 
 
 def test_weights_loaded_on_rank_0_alone_give_the_same_update(ws_runs):
-    """train.build reads the weights on rank 0 only and every rank receives its shard by broadcast
+    """train.build_models reads the weights on rank 0 only and every rank receives its shard by broadcast
     (shard_from_rank0), instead of every rank loading the whole fp32 model: at world size 2 (gloo,
     FSDP2) the gradients, the parameters after the step and the metrics are those of every rank
     building the model itself, within 1e-6 (float64). The rotary inv_freq, a buffer in no state dict,

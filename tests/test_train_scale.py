@@ -24,7 +24,7 @@ import torch.distributed.checkpoint as dcp
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
 import train
-from fgrpo_utils import distributed, memory_plan, policy, preflight, run_folder
+from fgrpo_utils import distributed, policy, preflight, run_folder
 from rollout import Rollouts
 import launch
 
@@ -48,7 +48,7 @@ def tiny_qwen(layers=4, vocab=97, hidden=64, seed=0):
 
 
 def tiny_loader(layers):
-    """A loader for train.build: tiny_qwen(layers), or its meta-device twin (meta=True)."""
+    """A loader for train.build_models: tiny_qwen(layers), or its meta-device twin (meta=True)."""
     def load(cfg, tokenizer, dtype, meta=False):
         with torch.device("meta" if meta else "cpu"):
             return tiny_qwen(layers).to(dtype)
@@ -151,7 +151,7 @@ def test_an_empty_pass_adds_nothing(group):
         with pytest.MonkeyPatch.context() as mp:
             mp.setattr(train, "micro_batches", lambda *a: real(*a) + [[]] * extra)
             model.zero_grad(set_to_none=True)
-            stats, _ = train.update_minibatch(model, None, prompts, completions, A, None, on_policy=True, cfg=cfg,
+            stats, _ = train.update_minibatch(model, None, prompts, completions, A, None, cfg=cfg,
                                               pad_id=0, device=torch.device("cpu"), world=1)
         return stats, {n: p.grad.full_tensor().clone() for n, p in model.named_parameters()}
 
@@ -179,7 +179,7 @@ def saved_bytes(fn):
 
 
 def test_checkpointing_acts_in_the_update(group):
-    """train.build turns checkpointing on (--grad_checkpointing true, or auto on CUDA) and rl_step runs
+    """train.build_models turns checkpointing on (--grad_checkpointing true, or auto on CUDA) and rl_step runs
     the update in training mode, where transformers' checkpointing acts: the activations autograd keeps
     for backward shrink to a fraction. In eval mode it would silently keep them all."""
     prompts, completions = lengths_fixture(8, 4)
@@ -188,20 +188,20 @@ def test_checkpointing_acts_in_the_update(group):
     kept, grads = {}, {}
     for mode in ("false", "true"):
         cfg = SimpleNamespace(**{**vars(small_cfg()), "grad_checkpointing": mode})
-        model, _, _, _ = train.build(cfg, None, 0, torch.device("cpu"), load=tiny_loader(6))
+        model, _, _, _ = train.build_models(cfg, None, 0, torch.device("cpu"), load=tiny_loader(6))
         for training in (False, True):
             model.train(training)
             model.zero_grad(set_to_none=True)
             kept[mode, training] = saved_bytes(lambda: train.update_minibatch(
-                model, None, prompts, completions, A, None, on_policy=True, cfg=cfg, pad_id=0,
+                model, None, prompts, completions, A, None, cfg=cfg, pad_id=0,
                 device=torch.device("cpu"), world=1))
         grads[mode] = {n: p.grad.full_tensor().clone() for n, p in model.named_parameters()}
     assert kept["true", True] < 0.3 * kept["false", True], kept
     for n, g in grads["false"].items():                                      # the same update, recomputed
         assert torch.allclose(grads["true"][n], g, atol=1e-6, rtol=1e-5), n
     assert kept["true", False] > 0.9 * kept["false", False], kept         # eval mode: checkpointing idle
-    assert memory_plan.grad_checkpointing_on(SimpleNamespace(grad_checkpointing="auto"), "cuda")
-    assert not memory_plan.grad_checkpointing_on(SimpleNamespace(grad_checkpointing="auto"), "cpu")
+    assert policy.grad_checkpointing_on(SimpleNamespace(grad_checkpointing="auto"), "cuda")
+    assert not policy.grad_checkpointing_on(SimpleNamespace(grad_checkpointing="auto"), "cpu")
 
 
 def small_cfg(**kw):
@@ -228,7 +228,7 @@ class FakeEngine:
 def test_rl_step_updates_in_training_mode_and_infers_in_eval_mode(group, monkeypatch):
     """Two mini-batches: the old log-probs are an inference pass (eval mode), the updates train."""
     cfg = small_cfg()
-    model, _, _, opt = train.build(cfg, None, 0, torch.device("cpu"), load=tiny_loader(2))
+    model, _, _, opt = train.build_models(cfg, None, 0, torch.device("cpu"), load=tiny_loader(2))
     task = SimpleNamespace(prompt=lambda i: ([4, 5, 6, 4 + i % 3], None), max_new_tokens=8, stop_token_ids=[1],
                            score=lambda answers, comps: ([float(len(c) % 2) for c in comps], {}))
     seen = []
@@ -313,8 +313,8 @@ def test_cuda_runs_sample_with_vllm_and_say_how_to_install_it(argv, pattern, mon
         preflight.check_environment(cfg, train.TASKS[cfg.task])
     err = capsys.readouterr().err
     assert e.value.code == 2 and len(err.strip().splitlines()) == 1 and re.search(pattern, err), err
-    assert memory_plan.engine_kind(SimpleNamespace(engine="auto"), "cuda") == "vllm"
-    assert memory_plan.engine_kind(SimpleNamespace(engine="auto"), "cpu") == "torch"
+    assert policy.engine_kind(SimpleNamespace(engine="auto"), "cuda") == "vllm"
+    assert policy.engine_kind(SimpleNamespace(engine="auto"), "cpu") == "torch"
 
 
 def test_cuda_on_a_cpu_only_torch_is_refused_in_one_line(capsys, monkeypatch, tmp_path):
@@ -583,7 +583,7 @@ def test_non_finite_advantages_or_gradients_stop_before_the_optimizer_step(group
     """A weighting that divides by mu_hat (g = inf at mu_hat = 0, so A = inf * 0 = NaN) used to train on:
     |A| nan, exit 0, all-NaN weights. Now the step stops before any optimizer step."""
     cfg = small_cfg()
-    model, _, _, opt = train.build(cfg, None, 0, torch.device("cpu"), load=tiny_loader(2))
+    model, _, _, opt = train.build_models(cfg, None, 0, torch.device("cpu"), load=tiny_loader(2))
     before = {n: p.full_tensor().clone() for n, p in model.named_parameters()}
     task = SimpleNamespace(prompt=lambda i: ([4, 5, 6, 4 + i % 3], None), max_new_tokens=8, stop_token_ids=[1],
                            score=lambda answers, comps: ([float(len(c) % 2) for c in comps], {}))

@@ -83,7 +83,7 @@ def test_varlen_gives_the_loops_log_probs_and_gradients(version, monkeypatch):
 
 
 def test_the_trainer_loads_its_policy_with_the_flags_attention():
-    """train.py's --attention reaches the policy through policy.load_model, which train.build calls for
+    """train.py's --attention reaches the policy through policy.load_model, which train.build_models calls for
     the policy and the reference; TorchEngine switches its own copy back to the loop (rollout.py)."""
     cfg = SimpleNamespace(model="tiny", seed=0, attention="varlen")
     assert policy.load_model(cfg, [0] * 40).config._attn_implementation == VARLEN

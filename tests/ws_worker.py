@@ -88,17 +88,17 @@ def run(opts, rank, world, device, unused):
     old = [q["old_logp"].double() for q in mine]
     busiest, back = None, lambda rows: rows
     if balance:                                 # train.rl_step's way: whole live groups moved between ranks
-        (mbs, back, busiest) = distributed.balance_ranks(cfg, prompts, completions, A, train.live_rows(cfg, A), 1,
-                                                         rank, world, carry=old)      # as --tis_cap's log-probs
-        prompts, completions, A, origin, old = mbs[0]
-        assert all(torch.equal(o, seqs[r * per_rank + i]["old_logp"].double()) for o, (r, i) in zip(old, origin))
+        (mbs, back, busiest) = distributed.balance_ranks(cfg, [(prompts, completions, A, old)],  # old moves as
+                                                         [train.live_rows(cfg, A)], rank, world)  # --tis_cap's do
+        own, (prompts, completions, A, old) = old, mbs[0]
+        assert all(torch.equal(o, m) for o, m in zip(back(old), own))      # each carried with its group
     batches = train.micro_batches(cfg, prompts, completions, train.live_rows(cfg, A))
     tokens = sum(len(completions[i]) + (len(prompts[i]) if i % 4 == 0 or not cfg.share_prompts else 0)
                  for mb in batches for i in mb)                     # forwarded, a shared prompt once
     live, forwarded = [None] * world, [None] * world                    # live (non-empty) passes per rank
     torch.distributed.all_gather_object(live, sum(1 for mb in batches if mb))
     torch.distributed.all_gather_object(forwarded, tokens)
-    stats, logp = train.update_minibatch(model, None, prompts, completions, A, old, on_policy=False, cfg=cfg,
+    stats, logp = train.update_minibatch(model, None, prompts, completions, A, old, cfg=cfg,
                                          pad_id=0, device=device, world=world)
     logp = back(logp)
     # the logp returned must be each input sequence's own, whatever order the micro-batches took
