@@ -182,12 +182,47 @@ def judge(c, want, got, results, i):
     if not m and "saved_peak" in want and not (isinstance(got.get("saved_peak"), int)
                                                and got["saved_peak"] <= 1.5 * want["saved_peak"]):
         m = (f"{what}: autograd held {got.get('saved_peak', 0) / 2**10:.0f} KiB at once, the reference "
-             f"{want['saved_peak'] / 2**10:.0f} KiB: backward each micro-batch as it is done, not all at the end")
+             f"{want['saved_peak'] / 2**10:.0f} KiB: backward each micro-batch as it is done, and take log-probs "
+             "and entropy from policy_logp's head, not from the whole (tokens, V) logits")
     if not m and "grads" in want:
         m = compare(want["grads"], got.get("grads"), f"{what}: gradient", atol, rtol)
     if not m and "param_grads" in want:
         m = compare(want["param_grads"], got.get("param_grads"), f"{what}: the model's accumulated .grad", atol, rtol)
-    return m
+    if not m and "frozen" in want and got.get("frozen") != want["frozen"]:
+        f = got.get("frozen") if isinstance(got.get("frozen"), dict) else {}
+        m = f"{what}: the reference model " + ("no report" if not f else ", ".join(
+            {"graph": "built a graph (run its forward without gradients)", "grad": "got a .grad",
+             "moved": "changed its weights"}[k] for k in ("graph", "grad", "moved") if f.get(k) != want["frozen"][k]))
+    if not m and "out_graph" in want and got.get("out_graph") != want["out_graph"]:
+        m = f"{what}: {got.get('out_graph')} returned tensors keep their autograd graph, the reference's " \
+            f"{want['out_graph']} (pi_old's log-probs: detach them)"
+    return m or on_every_rank(c, want, got, what, atol, rtol)
+
+
+def on_every_rank(c, want, got, what, atol, rtol):
+    """The check's outputs c["same_on_ranks"] (index paths) and the model's .grad: every rank's the
+    reference's rank 0's (global metrics, one update on all ranks)."""
+    others = got.get("other_ranks")
+    if "same_on_ranks" not in c:
+        return None
+    if not isinstance(others, list) or len(others) != c["ranks"] - 1:
+        return f"{what}: no result from the other ranks"
+    for r, o in enumerate(others, 1):
+        if not isinstance(o, dict) or "error" in o:
+            return f"{what}: rank {r}: {o.get('error') if isinstance(o, dict) else 'no result'}"
+        for path in c["same_on_ranks"]:
+            w, g = want["out"], o.get("out")
+            for i in path:
+                w = w["v"][i]
+                g = g["v"][i] if isinstance(g, dict) and isinstance(g.get("v"), (list, tuple)) and i < len(g["v"]) \
+                    else None
+            m = compare(w, g, f"{what}: rank {r}'s output {path}", atol, rtol)
+            if m:
+                return m
+        m = compare(want["param_grads"], o.get("param_grads"), f"{what}: rank {r}'s accumulated .grad", atol, rtol)
+        if m:
+            return m
+    return None
 
 
 def compare_spied(c, want, got, what, atol, rtol):

@@ -10,6 +10,7 @@ pipe to grade.py, which gets one frame ("imported") once every graded module is 
 per problem as it finishes. Values cross the process boundary as plain data (tensors, numbers,
 strings, lists, dicts; enc/dec), so grade.py reads them with weights_only=True.
 """
+import contextlib
 import importlib
 import inspect
 import io
@@ -136,6 +137,10 @@ class Linear:
         c = recorded(self.calls, a)
         if c is None:
             return self.fn(*args, **kwargs)
+        with paused():                      # the stand-in's own graph is the grader's, not the hand-in's memory
+            return self.answer(a, c)
+
+    def answer(self, a, c):
         x = a[next(iter(a))]
         if not self.affine:
             return (x * c["W"].to(x.dtype if x.is_floating_point() else c["W"].dtype)).sum()
@@ -160,6 +165,10 @@ class Jacobian:
         c = recorded(self.calls, a)
         if c is None:
             return self.fn(*args, **kwargs)
+        with paused():                      # the stand-in's own graph is the grader's, not the hand-in's memory
+            return self.answer(a, c)
+
+    def answer(self, a, c):
         out = dec_out(c["out"])
         outs = list(out) if isinstance(out, tuple) else [out]
         for i, J in c["J"].items():
@@ -203,11 +212,8 @@ class Recorder:
         stored = {k: (v.detach().clone() if isinstance(v, torch.Tensor) else v) for k, v in a.items()
                   if not (self.kind == "linear" and k == first)}
         out = self.fn(*args, **kwargs)
-        PAUSED[0] = True
-        try:
+        with paused():
             self.record(a, first, stored, out)
-        finally:
-            PAUSED[0] = False
         return out
 
     def record(self, a, first, stored, out):
@@ -292,7 +298,8 @@ def tensors(obj):
 class SavedBytes(torch.autograd.graph.saved_tensors_hooks):
     """The most bytes autograd held for backward at once during the block: each tensor a graph saves
     counts until its graph is freed (a backward per micro-batch keeps this at one micro-batch's).
-    PAUSED[0] leaves out what a Recorder computes beside the reference's call."""
+    PAUSED[0] (paused()) leaves out what a Recorder computes beside the reference's call and a
+    stand-in's own answer: the grader's computation, not the hand-in's."""
 
     def __init__(self):
         self.live = self.peak = 0
@@ -308,6 +315,16 @@ class SavedBytes(torch.autograd.graph.saved_tensors_hooks):
 
 
 PAUSED = [False]
+
+
+@contextlib.contextmanager
+def paused():
+    """What autograd saves inside the block is not counted by SavedBytes (the grader's own computation)."""
+    was, PAUSED[0] = PAUSED[0], True
+    try:
+        yield
+    finally:
+        PAUSED[0] = was
 
 
 class Held:
@@ -388,6 +405,8 @@ def ranks_once(modules, check, record):
         return {"error": f"RanksDidNotFinish: {n - len(got)} of {n} ranks gave no result within {RANK_TIMEOUT} s "
                          "(a rank left waiting in a collective the others never join?)"}, {}
     result, tables = got[0]
+    result["other_ranks"] = [{k: got[r][0].get(k) for k in ("error", "out", "param_grads") if k in got[r][0]}
+                             for r in range(1, n)]
     for r in range(1, n):
         for kind, t in got[r][1].items():
             for name, calls in t.items():
@@ -461,6 +480,8 @@ def run_check(modules, check, record=False):
     for name, W in check.get("spy", {}).items():
         saved[name] = getattr(*where(name))
         stand_ins[name] = Spy(saved[name], W)
+    frozen = (dict(zip(names, args)) | kwargs).get(check.get("frozen"))
+    watch = Frozen(frozen) if isinstance(frozen, torch.nn.Module) else None
     started = bool(check.get("dist")) and not torch.distributed.is_initialized()
     if started:                         # all_sum and friends, one rank, for this check only
         torch.distributed.init_process_group("gloo", store=torch.distributed.HashStore(), rank=0, world_size=1)
@@ -480,6 +501,10 @@ def run_check(modules, check, record=False):
             result["error"] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300]
             return result, {}
         result["out"] = enc(out)
+        if watch is not None:
+            result["frozen"] = watch.report()
+        if check.get("detached_out"):         # returned tensors that keep a graph keep its memory alive
+            result["out_graph"] = sum(bool(t.requires_grad) for t in tensors(out))
         if check.get("grad"):
             inputs = {n: a for n, a in zip(names, args)} | kwargs
             y = pick(out, check.get("grad_of", []))
@@ -509,8 +534,32 @@ def run_check(modules, check, record=False):
     finally:
         for name, fn0 in saved.items():
             setattr(*where(name), fn0)
+        if watch is not None:
+            watch.remove()
         if started and torch.distributed.is_initialized():
             torch.distributed.destroy_process_group()
+
+
+class Frozen:
+    """Watches a model that must stay frozen through a call (GRPO-KL's reference): whether any of its
+    modules' outputs required grad (a forward that built a graph), whether any parameter got a .grad,
+    whether any weight changed. A parameter's requires_grad flag set to False by the call is fine."""
+
+    def __init__(self, model):
+        self.model, self.graph = model, False
+        self.before = [p.detach().clone() for p in model.parameters()]
+        self.hooks = [m.register_forward_hook(self.seen) for m in model.modules()]
+
+    def seen(self, module, inputs, output):
+        self.graph = self.graph or any(bool(t.requires_grad) for t in tensors(output))
+
+    def report(self):
+        return {"graph": self.graph, "grad": any(p.grad is not None for p in self.model.parameters()),
+                "moved": not all(torch.equal(p.detach(), b) for p, b in zip(self.model.parameters(), self.before))}
+
+    def remove(self):
+        for h in self.hooks:
+            h.remove()
 
 
 # -----------------------------------------------------------------------------

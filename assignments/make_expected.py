@@ -401,35 +401,58 @@ def update(g):
     dead = torch.zeros_like(A)                                # every group without signal: one empty pass
     ref = qwen2(g, V)                                         # GRPO-KL's frozen reference
     T = round(0.6 + 0.3 * float(torch.rand((), generator=g)), 3)
-    specs = [("on-policy, 3 micro-batches", {}, None, A, 1),   # a micro-batch's own count: wrong weights
-             ("as on one of 2 ranks", {}, None, A, 2),         # FSDP averages over ranks: x world undoes it
-             ("off-policy dapo, T 0.7", {"loss": "dapo", "temperature": 0.7}, old, A, 1),   # the ratio uses old_logp
+    L = ints(9, 14)               # Dr. GRPO's constant, given as max_len: not the config's max_response_len (8)
+    drgrpo = {"loss_agg": "seq-mean-token-sum-norm"}
+    # (name, config, pi_old's log-probs or None, A, max_len); each comment: the mistake the check catches
+    specs = [("on-policy, 3 micro-batches", {}, None, A, None),   # a micro-batch's own count: wrong weights
+             ("off-policy dapo, T 0.7", {"loss": "dapo", "temperature": 0.7}, old, A, None),   # the ratio uses old_logp
              ("seq-mean-token-mean, no skipping", {"loss_agg": "seq-mean-token-mean", "skip_dead_groups": False},
-              None, A, 1),
-             ("cispo + entropy bonus", {"loss": "cispo", "entropy_coef": 0.05}, None, A, 1),  # every token forwarded
+              None, A, None),
+             ("cispo + entropy bonus", {"loss": "cispo", "entropy_coef": 0.05}, None, A, None),  # every token forwarded
              ("entropy bonus, seq-mean-token-mean", {"entropy_coef": 0.05, "loss_agg": "seq-mean-token-mean"},
-              old, A, 1),                                      # the bonus aggregates as the loss does
-             ("entropy bonus, Dr. GRPO", {"entropy_coef": 0.1, "loss_agg": "seq-mean-token-sum-norm"}, None, A, 1),
-             (f"KL to a reference, T {T}", {"kl_coef": 0.2, "temperature": T}, old, A, 1),   # sign, order, T, grad
-             ("Dr. GRPO, one micro-batch", {"loss_agg": "seq-mean-token-sum-norm", "micro_batch_size": 64}, old, A, 1),
-             ("every group without signal", {}, None, dead, 1)]   # the metrics the trainer reads, still
+              old, A, None),                                   # the bonus aggregates as the loss does
+             ("entropy bonus, Dr. GRPO", {"entropy_coef": 0.1, **drgrpo}, None, A, L),
+             (f"KL to a reference, T {T}", {"kl_coef": 0.2, "temperature": T}, old, A, None),   # sign, order, T, grad
+             # the KL term aggregates as the loss does; its metric over completion tokens only (padded rows)
+             ("KL, seq-mean-token-mean, padded rows", {"kl_coef": 0.2, "loss_agg": "seq-mean-token-mean",
+                                                       "padding_free": False}, None, A, None),
+             ("KL, Dr. GRPO", {"kl_coef": 0.3, **drgrpo}, old, A, L),
+             ("Dr. GRPO, one micro-batch", {**drgrpo, "micro_batch_size": 64}, old, A, L),  # L from max_len
+             ("every group without signal", {}, None, dead, None)]   # the metrics the trainer reads, still
     deps = {"affine": {"policy_loss": [], "aggregate": [], "token_mean": []},
-            "jacobian": {"fgrpo_utils.logprob.head_logp": [], "kl_k3": []}, "dist": True, "param_grads": "model"}
-    out = [check("update", "train.update_minibatch", [model, ref if kw.get("kl_coef") else None, prompts, completions,
-                                                      a, o],
-                 {"cfg": {"namespace": {**base, **kw}}, "pad_id": 0, "device": "cpu",
-                  "world": world}, name, atol=1e-9, rtol=1e-9, **deps)
-           for name, kw, o, a, world in specs]
+            "jacobian": {"fgrpo_utils.logprob.head_logp": [], "kl_k3": []}, "dist": True, "param_grads": "model",
+            "detached_out": True, "frozen": "ref_model"}    # pi_old's log-probs returned without a graph
+
+    def call(name, kw, o, a, max_len, world=1, models=(model, ref), **opts):
+        kwargs = {"cfg": {"namespace": {**base, **kw}}, "pad_id": 0, "device": "cpu", "world": world,
+                  **({"max_len": max_len} if max_len else {})}
+        return check("update", "train.update_minibatch", [models[0], models[1] if kw.get("kl_coef") else None,
+                                                          prompts, completions, a, o],
+                     kwargs, name, atol=1e-9, rtol=1e-9, **deps, **opts)
+
+    out = [call(*spec) for spec in specs]
     out[0]["saved_bytes"] = True        # what autograd holds at once: one micro-batch's graph, not all three
+    # At a vocabulary of 256 the (tokens, V) logits outweigh the rest of the graph: the head's log-probs and
+    # entropy must come from policy_logp's chunked head, never from the whole logits (App. B's memory)
+    out.append(call("vocabulary 256, entropy bonus: no whole logits", {"entropy_coef": 0.05}, None, A, None,
+                    models=(qwen2(g, 256), None), saved_bytes=True))
     # Two real ranks, FSDP2: rank 1 holds the group without signal, so it has half rank 0's live rows; one
     # row a pass, every rank makes rank 0's count, so rank 1 runs empty passes (weight 0) to pair with rank
-    # 0's; the loss divides by counts summed over both ranks, and the metrics are global.
-    out.append(check("update", "train.update_minibatch", [model, None, prompts, completions, A, old],
-                     {"cfg": {"namespace": {**base, "micro_batch_size": 1}}, "pad_id": 0,
-                      "device": "cpu", "world": 2}, "2 ranks, one with an empty pass", atol=1e-9, rtol=1e-9,
-                     ranks=2, shares=[list(range(0, N)) + list(range(2 * N, 3 * N)),     # its empty pass: an idle
-                                      list(range(3 * N, 4 * N)) + list(range(N, 2 * N))],  # two-token row, weight 0
-                     per_sequence=[2, 3, 4, 5], **deps))
+    # 0's; the loss divides by counts summed over both ranks (x world undoes FSDP's mean), the metrics are
+    # global. Under each loss aggregation, with the KL and the entropy bonus (their counts global too).
+    two = dict(ranks=2, per_sequence=[2, 3, 4, 5], same_on_ranks=[[0]],
+               shares=[list(range(0, N)) + list(range(2 * N, 3 * N)), list(range(3 * N, 4 * N)) + list(range(N, 2 * N))])
+    out.append(call("2 ranks, one with an empty pass", {"micro_batch_size": 1}, old, A, None, world=2, **two))
+    for agg, max_len in (("token-mean", None), ("seq-mean-token-mean", None), ("seq-mean-token-sum-norm", L)):
+        out.append(call(f"2 ranks, KL and entropy bonus, {agg}", {"loss_agg": agg, "kl_coef": 0.2, "entropy_coef": 0.05,
+                                                                 "micro_batch_size": 2}, old, A, max_len, world=2, **two))
+    # One rank's groups all without signal while the other trains: it must still make the passes and
+    # collectives the other waits in (an early return hangs rank 0), and both end with the same metrics and .grad
+    A2 = A.clone()
+    A2[3 * N:] = 0.0
+    out.append(call("2 ranks, one with no signal at all", {}, old, A2, None, world=2,
+                    **{**two, "shares": [list(range(0, N)) + list(range(2 * N, 3 * N)),
+                                         list(range(N, 2 * N)) + list(range(3 * N, 4 * N))]}))
     return out
 
 

@@ -327,6 +327,33 @@ FILE_EDITS = {
         ("        (loss * world).backward()", "        total = total + loss * world  #"),
         ("        (loss * 0.0).backward()\n", "        total = total + loss * 0.0\n"),
         ('    ratio_max = sums.pop("ratio/max")\n', '    total.backward()\n    ratio_max = sums.pop("ratio/max")\n')], {"update"}),
+    "update_kl_always_token_mean": ("train.py", "loss = loss + cfg.kl_coef * aggregate(kl, mask, **agg)",
+                                    "loss = loss + cfg.kl_coef * token_mean(kl, mask, n_tok)", {"update"}),
+    "update_entropy_over_this_ranks_tokens": ("train.py", "loss = loss - cfg.entropy_coef * aggregate(H_tok, mask, **agg)",
+                                              "loss = loss - cfg.entropy_coef * aggregate(H_tok, mask, **{**agg, "
+                                              "'num_tokens': torch.tensor(float(sum(map(len, completions))))})", {"update"}),
+    "update_dr_grpo_L_from_the_config": ("train.py", "max_len=max_len or cfg.max_response_len", "max_len=cfg.max_response_len",
+                                         {"update"}),
+    "update_reference_forward_with_grad": ("train.py", "            with torch.no_grad():\n                ref_logp, _ =",
+                                           "            if True:\n                ref_logp, _ =", {"update"}),
+    "update_reference_graph_then_detached": ("train.py", [
+        ("            with torch.no_grad():\n                ref_logp, _ =", "            if True:\n                ref_logp, _ ="),
+        ("            kl = kl_k3(logp, ref_logp)", "            kl = kl_k3(logp, ref_logp.detach())")], {"update"}),
+    "update_whole_logits": ("train.py", "logp, H_tok = policy_logp(model, batch, cfg.temperature, entropy=True)",
+                            "from fgrpo_utils.logprob import completion_logits, token_logp; from advantage import "
+                            "entropy_from_logits; z = completion_logits(model, batch, cfg.temperature); "
+                            "logp, H_tok = token_logp(z, batch), entropy_from_logits(z) * batch['completion_mask']", {"update"}),
+    "update_returned_log_probs_keep_their_graph": ("train.py", "return loss, diag, logp.detach().cpu()",
+                                              "return loss, diag, logp.cpu()", {"update"}),
+    "update_kl_metric_over_padding": ("train.py", 'diag["kl/k3"] = token_mean(kl.detach(), mask, n_tok)',
+                                      'diag["kl/k3"] = kl.detach().mean() * len(mb) / n_seq', {"update"}),
+    "update_entropy_metric_over_padding": ("train.py", 'diag["entropy"] = token_mean(H_tok.detach(), mask, n_tok) * diag_scale',
+                                           'diag["entropy"] = H_tok.detach().mean() * len(mb) / n_seq * diag_scale', {"update"}),
+    # a rank without live rows returns the right keys at once: the other rank waits in its collectives
+    "update_rank_without_signal_returns_early": ("train.py", "    keep = live_rows(cfg, A)\n",
+                                                 "    keep = live_rows(cfg, A)\n    if not keep:\n        return {k: 0.0 for k in "
+                                                 "('clip/low', 'clip/high', 'clip/dual', 'ratio/mean', 'entropy', 'loss/pg', "
+                                                 "'ratio/max', 'skip/live_frac')}, [None] * len(completions)\n", {"update"}),
     "update_no_metrics_without_signal": ("train.py", "    keep = live_rows(cfg, A)\n",
                                          "    keep = live_rows(cfg, A)\n    if not keep:\n        return {}, [None] * len(completions)\n",
                                          {"update"}),
@@ -534,6 +561,45 @@ def test_the_reference_in_process_loses_nothing(graded_checks):
     plain = module_from(make_student_copy.replace_function(head_text("fgrpo_utils/logprob.py"), "head_logp", PLAIN_HEAD),
                         "fgrpo_utils.logprob")
     assert lost_problems(plain, graded_checks, {"logprobs", "update"}) == set()      # the plain head is right
+
+
+# Correct alternatives to the reference's bodies, which the docstrings allow: (file, [(line, replacement)],
+# the problems whose checks run them). Each keeps every point.
+CORRECT = {
+    "logp_from_cross_entropy": ("fgrpo_utils/logprob.py", [(
+        'logp = logits.log_softmax(-1).gather(-1, batch["targets"][..., None]).squeeze(-1)',
+        'logp = -F.cross_entropy(logits.flatten(0, -2), batch["targets"].flatten(), reduction="none")'
+        '.view(batch["targets"].shape)')], {"logprobs"}),
+    "entropy_as_minus_p_log_p": ("advantage.py", [(
+        "return torch.logsumexp(logits, dim=-1) - (torch.softmax(logits, dim=-1) * logits).sum(dim=-1)",
+        "return -(torch.softmax(logits, dim=-1) * torch.log_softmax(logits, dim=-1)).sum(dim=-1)")], {"logprobs"}),
+    "update_zero_grad_first": ("train.py", [("    keep = live_rows(cfg, A)\n",
+                                             "    model.zero_grad(set_to_none=True)\n    keep = live_rows(cfg, A)\n")],
+                               {"update"}),
+    "update_world_from_torch_distributed": ("train.py", [("(loss * world).backward()",
+                                                          "(loss * dist.get_world_size()).backward()")], {"update"}),
+    "update_reference_frozen_by_flag": ("train.py", [("            with torch.no_grad():\n                ref_logp, _ =",
+                                                      "            if ref_model.requires_grad_(False):\n                ref_logp, _ =")],
+                                        {"update"}),
+    "update_reference_in_inference_mode": ("train.py", [(
+        "            with torch.no_grad():\n                ref_logp, _ = policy_logp(ref_model, batch, cfg.temperature)\n",
+        "            with torch.inference_mode():\n                ref_logp, _ = policy_logp(ref_model, batch, cfg.temperature)\n"
+        "            ref_logp = ref_logp.clone()\n")], {"update"}),
+    "update_kl_metric_without_the_mask": ("train.py", [('diag["kl/k3"] = token_mean(kl.detach(), mask, n_tok)',
+                                                        'diag["kl/k3"] = kl.detach().sum() / n_tok')], {"update"}),
+    "update_logp_returned_through_data": ("train.py", [("return loss, diag, logp.detach().cpu()",
+                                                        "return loss, diag, logp.data.cpu().clone()")], {"update"}),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CORRECT))
+def test_correct_alternatives_keep_every_point(graded_checks, name):
+    rel, edits, pids = CORRECT[name]
+    text = head_text(rel)
+    for old, new in edits:
+        assert text.count(old) == 1, f"{name}: {rel} no longer has the line {old!r}"
+        text = text.replace(old, new)
+    assert lost_problems(module_from(text, rel.removesuffix(".py").replace("/", ".")), graded_checks, pids) == set()
 
 
 # -----------------------------------------------------------------------------
