@@ -57,6 +57,8 @@ WITHHELD = {
     "figures/fig3.png": "E2's plot", "figures/fig5.png": "E1's plot",
     "results/sim_rivals/focal.json": "E1's sweep (gamma 0 and 1 at Fig. 2's N and seeds) beside gamma 0.5",
     "results/sim_rivals/table.md": "E1's M_ret and Q_pos beside the rivals'", "figures/sim_rivals.png": "the same, plotted",
+    "bench/grade_class.py": "grades a class of hand-ins built from the reference (its wrong versions quote solution lines)",
+    "tests/test_sandbox_attacks.py": "holds attacks on the grader",
 }
 
 # Passages of the docs that report what a graded experiment asks for, as (file, first line's start,

@@ -1016,6 +1016,35 @@ def test_fixture_comparison_forgives_rounding_not_changes():
     assert not harness.same(x.double() * (1 + 1e-9), x.double())
 
 
+def duration(seconds):
+    """How HANDOUT.md writes a measured time: "47 s", "1 min 38 s"."""
+    m, s = divmod(round(seconds), 60)
+    return f"{m} min {s} s" if m else f"{s} s"
+
+
+def test_handout_states_the_measured_figures():
+    """The CPU tier's times and E3's reference numbers are bench/handout_cpu_tier.py's, measured in a
+    student copy; the grading times bench/grade_class.py's (a class of ten, two at a time)."""
+    text = (ROOT / "assignments" / "HANDOUT.md").read_text().replace("\n", " ")
+    tier = json.loads((ROOT / "results" / "course" / "cpu_tier.json").read_text())
+    t, e3 = tier["seconds"], tier["E3"]
+    assert tier["machine"].endswith(" 2 cores")
+    e3_time = t["E3 SFT"] + t["E3 runs"] + t["E3 comparison"]
+    pm = lambda arm: " / ".join(f"{m} ± {sd}" for m, sd in e3[arm])          # noqa: E731
+    for figure in (f"CPU tier (required; about {round(sum(t.values()) / 60)} minutes on 2 cores)",
+                   f"It took {duration(t['E1'])} on 2 cores.",
+                   f"It took {duration(e3_time)} on 2 cores (the SFT {duration(t['E3 SFT'])}), plus "
+                   f"{duration(t['E3 warm start evaluation'])} for the warm start's evaluation.",
+                   "warm start " + " / ".join(map(str, e3["warm start"])) + " (pass@1 / 8 / 64), GRPO " + pm("GRPO")
+                   + ", F-GRPO " + pm("F-GRPO"),
+                   f"A correct hand-in takes about {round(t['grading a correct hand-in'])} s"):
+        assert figure in " ".join(text.split()), figure
+    cls = json.loads((ROOT / "results" / "course" / "class_grading.json").read_text())
+    assert cls["graded_wrong"] == 0 and cls["machine"].endswith(" 2 cores") and len(cls["hand_ins"]) == 10
+    figure = f"ten hand-ins graded {cls['parallel']} at a time in {duration(cls['wall_s'])} on 2 cores"
+    assert figure in " ".join(text.split()), figure
+
+
 def test_handout_commands_use_flags_that_exist():
     """Every `python X.py --flag` / `torchrun ... X.py --flag` in HANDOUT.md names a Config field of X
     (or, for the argparse tools in assignments/, an option the tool defines)."""
