@@ -836,7 +836,8 @@ def test_a_solved_copy_passes_its_own_tests_trains_and_scores_full(student, tmp_
     forwards the all-zero-reward groups of a random policy through head_logp and the loss), and the
     teacher's grading, hidden checks included, gives full marks to a plain head_logp."""
     d = solved_copy(student, tmp_path)
-    r = run("-m", "pytest", "-q", "-p", "no:cacheprovider", "assignments/tests", "tests/test_readme.py", cwd=d)
+    r = run("-m", "pytest", "-q", "-p", "no:cacheprovider", "assignments/tests", "tests/test_readme.py", "tests/test_budgets.py",
+            cwd=d)
     assert r.returncode == 0, r.stdout[-3000:]
     r = run("train.py", "--task", "maze", "--model", "tiny", "--maze_size", "7", "--steps", "2", "--prompts_per_step",
             "2", "--mini_batch_prompts", "1", "--group_size", "4", "--eval_mazes", "4", "--skip_dead_groups", "false",
@@ -1014,6 +1015,16 @@ def test_fixture_comparison_forgives_rounding_not_changes():
     x = torch.tensor([-4.133371353, 0.5])                  # harness.same matches a stand-in's arguments alike
     assert harness.same(x.nextafter(torch.tensor(-9.0)), x) and not harness.same(x * (1 + 1e-4), x)
     assert not harness.same(x.double() * (1 + 1e-9), x.double())
+
+
+def test_the_handout_names_every_error_a_check_expects(graded_checks):
+    """A check that expects an exception (the reference raises it) is one the handout announces, in its problem."""
+    text = (ROOT / "assignments" / "HANDOUT.md").read_text()
+    for i, (pid, _, _, _) in enumerate(PROBLEMS, 1):
+        section = re.search(rf"### Problem {i} .*?(?=\n### |\n---)", text, re.S)[0]
+        for r in graded_checks[1][pid]:
+            if isinstance(r, dict) and "error" in r:
+                assert f"`{r['error'].split(':')[0]}`" in section, (pid, r["error"])
 
 
 def duration(seconds):

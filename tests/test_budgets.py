@@ -84,7 +84,9 @@ def test_support_modules_import_no_script():
     for f, text in program().items():
         if not f.startswith(SUPPORT + "/"):
             continue
-        for node in ast.walk(ast.parse(text)):
+        tree = ast.parse(text)
+        theirs = {id(n) for g in graded_bodies(f, tree) for n in ast.walk(g)}     # a student may import advantage
+        for node in [n for n in ast.walk(tree) if id(n) not in theirs]:
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
                 [node.module] if isinstance(node, ast.ImportFrom) and node.module else []
             bad += [f"{f}:{node.lineno} imports {n}" for n in names if n.split(".")[0] in scripts]
