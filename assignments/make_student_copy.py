@@ -34,7 +34,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from problems import ANSWERS, GRADED, GRADED_FILES, PROBLEMS, RELEASE, REMOVED, WITHHELD, file_of  # noqa: E402
+from problems import ANSWERS, GRADED, GRADED_FILES, PROBLEMS, RELEASE, REMOVED, WITHHELD, file_of, withheld  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -220,7 +220,7 @@ def write_copy(dst, root=ROOT):
     files, commit = release_files(root)
     written, hashes = [], {}
     for name, (data, mode) in sorted(files.items()):
-        if name in WITHHELD:
+        if withheld(name):
             continue
         if name in GRADED_FILES:
             data = student_file(data.decode(), name).encode()

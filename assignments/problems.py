@@ -58,8 +58,20 @@ WITHHELD = {
     "results/sim_rivals/focal.json": "E1's sweep (gamma 0 and 1 at Fig. 2's N and seeds) beside gamma 0.5",
     "results/sim_rivals/table.md": "E1's M_ret and Q_pos beside the rivals'", "figures/sim_rivals.png": "the same, plotted",
     "bench/grade_class.py": "grades a class of hand-ins built from the reference (its wrong versions quote solution lines)",
+    # the maze study: GRPO and F-GRPO across gamma and N, and the rivals, which E3 and A1-A5 ask for (a folder: "/")
+    **{f"results/{d}/": "the maze study E3 and A1-A5 ask for" for d in ("maze7", "maze7_long", "maze7_verify",
+                                                                        "maze7_w2", "maze7_w3", "rivals7")},
+    "results/maze7_blocks.md": "the maze study across warm starts (A1, A2)",
+    **{f"figures/{f}.png": "the maze study, plotted" for f in ("maze_curves", "maze_long_curves", "maze7_curves",
+                                                               "maze7_fig6", "rivals7_curves")},
     "tests/test_sandbox_attacks.py": "holds attacks on the grader",
 }
+
+
+def withheld(rel):
+    """Does the student copy leave out the tracked file rel (named in WITHHELD, or under a folder there)?"""
+    return rel in WITHHELD or any(rel.startswith(w) for w in WITHHELD if w.endswith("/"))
+
 
 # Passages of the docs that report what a graded experiment asks for, as (file, first line's start,
 # the start of the line after the passage, experiments). The student copy keeps their headings (the
@@ -70,4 +82,7 @@ ANSWERS = [
     ("RESULTS.md", "## The categorical simulation", "## The single-solution maze", "E1 and E2"),
     ("README.md", "| [Categorical simulation]", "| [Maze, 300 steps]", "E1"),
     ("RESULTS.md", "### The rivals in the simulation", "## Memory at the paper's scale", "E1"),
+    ("README.md", "| [Maze, 300 steps]", "| [Class run]", "A1-A5"),
+    ("RESULTS.md", "## The single-solution maze", "### The class run", "E3 and A1-A5"),
+    ("RESULTS.md", "### The rivals on the 7×7 maze", "### The rivals in the simulation", "A1"),
 ]
