@@ -141,6 +141,16 @@ def student_file(text, rel):
 GRADED_REF = re.compile(rf"`({'|'.join(re.escape(f) for f in GRADED_FILES)}):\d+`")
 
 
+def headings(lines):
+    """The markdown headings among lines, never a comment line of a code block."""
+    out, code = [], False
+    for line in lines:
+        code ^= line.startswith("```")
+        if not code and re.match(r"#+ ", line):
+            out.append(line)
+    return out
+
+
 def without_answers(text, rel):
     """The doc rel without the passages ANSWERS names: headings kept, the rest one note per passage."""
     for f, start, stop, which in ANSWERS:
@@ -153,7 +163,7 @@ def without_answers(text, rel):
         if start.startswith("|"):                                        # table rows: the first cell
             kept = ["|".join(line.split("|")[:2]) + f"| {note} |\n" for line in lines[i:j]]
         else:
-            heads = [line for line in lines[i + 1:j] if line.startswith("#")]
+            heads = headings(lines[i + 1:j])
             first = [lines[i]] if lines[i].startswith("#") else []
             kept = first + [f"\n*({note[0].upper() + note[1:]}.)*\n\n"] + [h + "\n" for h in heads]
         text = "".join(lines[:i] + kept + lines[j:])
