@@ -12,7 +12,6 @@ The expected totals follow from the problems' points (assignments/problems.py): 
 problem's points only. Timing is the machine's: run it on an idle one, and read the wall time against
 --parallel 1 on the same machine.
 """
-import argparse
 import json
 import os
 import platform
@@ -22,11 +21,26 @@ import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "assignments"))
+from fgrpo_utils.cli import check, parse_config  # noqa: E402
 from problems import GRADED_FILES, PROBLEMS  # noqa: E402
+
+
+
+@dataclass
+class Config:
+    parallel: int = 2                  # hand-ins graded at once (1 .. 16)
+    seed: int = 11                     # seed of the hidden checks, one for the class
+    out: str = str(ROOT / "results" / "course" / "class_grading.json")   # the JSON to write
+
+    def __post_init__(self):
+        check(1 <= self.parallel <= 16, f"--parallel {self.parallel}: must be 1 .. 16")
+
 
 POINTS = {pid: points for pid, points, _, _ in PROBLEMS}
 FULL = sum(POINTS.values())
@@ -100,12 +114,7 @@ def grade(d, seed):
     return total, last, time.monotonic() - t
 
 
-def main():
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--parallel", type=int, default=2, choices=range(1, 17), help="hand-ins graded at once")
-    p.add_argument("--seed", type=int, default=11, help="seed of the hidden checks, one for the class")
-    p.add_argument("--out", default=str(ROOT / "results" / "course" / "class_grading.json"), help="the JSON to write")
-    args = p.parse_args()
+def main(args):
     with tempfile.TemporaryDirectory() as tmp:
         hand_ins = build_class(Path(tmp))
         start = time.monotonic()
@@ -131,4 +140,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    main(parse_config(Config, doc=__doc__))

@@ -8,7 +8,6 @@ one statement at a time, then a teacher's grading of that copy (hidden checks of
 
 The E3 numbers are the reference's printed pass@k (held-out strict, %, step 80, mean ± sd over 2 runs).
 """
-import argparse
 import json
 import os
 import platform
@@ -18,14 +17,23 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "assignments"))
+from fgrpo_utils.cli import parse_config  # noqa: E402
 from problems import GRADED_FILES  # noqa: E402
 
 HANDOUT = ROOT / "assignments" / "HANDOUT.md"
 KS = ("1", "8", "64")                          # the pass@k the handout quotes
+
+
+@dataclass
+class Config:
+    out: str = str(ROOT / "results" / "course" / "cpu_tier.json")      # the JSON to write
+    seed: int = 11                     # seed of the hidden checks of the timed grading
 
 
 def cpu_tier_blocks(text=None):
@@ -71,11 +79,7 @@ def e3_table(copy):
     return out
 
 
-def main():
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--out", default=str(ROOT / "results" / "course" / "cpu_tier.json"), help="the JSON to write")
-    p.add_argument("--seed", type=int, default=11, help="seed of the hidden checks of the timed grading")
-    args = p.parse_args()
+def main(args):
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}   # `python` is this one
     with tempfile.TemporaryDirectory() as tmp:
         copy = Path(tmp) / "copy"
@@ -96,4 +100,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    main(parse_config(Config, doc=__doc__))
