@@ -25,8 +25,12 @@ process; a student copy has the public ones only. Without bubblewrap the teacher
 Limits: --import_timeout for importing the graded files, --timeout per problem (the child is then
 restarted for the rest), --budget for all of a hand-in's checks (a hand-in that hangs everywhere
 costs at most that), --memory_gb of data segment (RLIMIT_DATA, which a CUDA build of torch imports
-under; an address-space cap would not let it), 256 MiB of results and 64 KiB of output read back.
-Ends with `total: X / Y` whatever the submission does.
+under; an address-space cap would not let it), PROCS processes and threads in the sandbox, FILES open
+files a process, 256 MiB of results and 64 KiB of output read back; what is printed of the hand-in's
+errors and output is cut short, its control characters escaped.
+Ends with `total: X / Y` whatever the submission does; only where the OS refuses the checks' processes
+with the release's own stubs in place too (a loaded machine) it prints `could not run` instead, charges
+nothing and exits 3.
 """
 import argparse
 import io
@@ -43,6 +47,7 @@ import sys
 import tempfile
 import threading
 import time
+import zipfile
 from pathlib import Path
 
 import torch
@@ -334,23 +339,39 @@ def take_graded(src, dst):
 # Each hand-in's checks run in a sandbox (bubblewrap, `bwrap`: Flatpak's): a PID namespace of its own (no
 # /proc of the grader; everything it starts dies with it), no network, the Python installation and the
 # system read-only, and of the files only the release with the hand-in's graded files, read-only. It
-# writes nowhere on the host (a 256 MiB tmpfs is its /tmp); its results come back through a pipe, its
-# output through another, both read with a cap.
+# writes nowhere on the host (a 256 MiB tmpfs is its /tmp; / and /dev, tmpfs with no cap, are read-only);
+# its processes, open files and memory are capped; its results come back through a pipe, its output
+# through another, both read with a cap, and what is shown of them has its control characters escaped.
 SANDBOX_TMP = 256 << 20            # bytes of the sandbox's /tmp (a tmpfs: it counts as memory)
+SANDBOX_SHM = 16 << 20             # bytes of its /dev/shm: multiprocessing's semaphores (the multi-rank checks)
+PROCS = 256 + 4 * (os.cpu_count() or 1)   # processes and threads it may hold at once (the multi-rank
+                                   # checks: about 20, more where torch's thread pools grow with the
+                                   # cores): a fork bomb stops there (CONFINE)
+FILES = 1024                       # open files per process (the usual default: the harness needs far fewer)
+SANDBOX_UID = 3 << 30              # + the grader's pid: the user a root grader's sandbox runs as, its own
+                                   # (RLIMIT_NPROC counts a user's tasks, and binds no root process)
 RESULT_CAP = 256 << 20             # bytes of results read back in all
+RECORDS = 50_000                   # zip records of a frame (a reference's frame has ~1,000; parsing is slow)
 LOG_CAP = 64 << 10                 # bytes of the child's output kept (the last ones)
+SHOWN = 500                        # characters shown of a message that quotes the child (its error, its output)
 
 
 def sandbox():
-    """(the bwrap command, None) where bubblewrap makes sandboxes here, else (None, why not)."""
+    """(the bwrap command, None) where bubblewrap makes the child's sandbox here (child_argv, with a
+    harness that does nothing: this Python runs in it, as its user), else (None, why not)."""
     bwrap = shutil.which("bwrap")
     if bwrap is None:
         return None, "bubblewrap is not installed (apt-get install bubblewrap; dnf install bubblewrap)"
-    try:
-        r = subprocess.run([bwrap, "--ro-bind", "/", "/", "--unshare-all", "--die-with-parent", "true"],
-                           capture_output=True, timeout=60)
-    except (OSError, subprocess.TimeoutExpired) as e:
-        return None, f"bwrap does not run ({e})"
+    with tempfile.TemporaryDirectory(prefix="fgrpo_sandbox_") as tmp:
+        (Path(tmp) / "assignments").mkdir()
+        (Path(tmp) / "assignments" / "harness.py").write_text("")
+        for p in (Path(tmp), Path(tmp) / "assignments"):
+            p.chmod(0o755)
+        argv, env, cwd = child_argv(Path(tmp), 0, bwrap)
+        try:
+            r = subprocess.run(argv, env=env, cwd=cwd, capture_output=True, timeout=60)
+        except (OSError, subprocess.TimeoutExpired) as e:
+            return None, f"bwrap does not run ({e})"
     err = r.stderr.decode(errors="replace").strip().splitlines()
     return (bwrap, None) if r.returncode == 0 else (None, f"bwrap cannot make a sandbox here: {err[-1] if err else r.returncode}")
 
@@ -365,6 +386,25 @@ def python_dirs():
     return sorted(d for d in dirs if not any(d != o and d.startswith(o + os.sep) for o in dirs))
 
 
+# Run in the sandbox before the harness, so before any graded code: its cap on processes and threads
+# (RLIMIT_NPROC: a fork bomb stops there). The kernel counts them per user and binds no root process,
+# root in a user namespace included, so a root grader's sandbox has no user namespace and runs as a user
+# of its own (uid >= 0: that drops every capability too); else the sandbox's own user namespace has the
+# count to itself (without one, it would count all the grader's processes: no cap then).
+CONFINE = """
+import os, resource, runpy, sys
+_, procs, uid, *sys.argv = sys.argv
+if int(uid) >= 0:
+    resource.setrlimit(resource.RLIMIT_NPROC, (int(procs), int(procs)))
+    os.setgroups([])
+    os.setgid(int(uid))
+    os.setuid(int(uid))
+elif open("/proc/self/uid_map").read().split() != ["0", "0", "4294967295"]:
+    resource.setrlimit(resource.RLIMIT_NPROC, (int(procs), int(procs)))
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
 def child_argv(folder, fd, bwrap):
     """The command that runs the harness on the release in `folder`, results to file descriptor fd."""
     harness_argv = [sys.executable, "-I", "assignments/harness.py", ".grade/checks.pt", str(fd)]
@@ -372,14 +412,29 @@ def child_argv(folder, fd, bwrap):
            "PYTHONHASHSEED": "0", "PATH": "/usr/bin:/bin"}
     if bwrap is None:
         return harness_argv, {**env, "HOME": str(folder)}, str(folder)
-    argv = [bwrap, "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL", "--clearenv",
-            "--ro-bind", "/usr", "/usr"]
-    for d in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/etc", "/sys"):
+    # the machine's root (not a container's): no user namespace, and a user of its own (CONFINE)
+    root = os.geteuid() == 0 and Path("/proc/self/uid_map").read_text().split() == ["0", "0", "4294967295"]
+    unshare = ["--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try"] \
+        if root else ["--unshare-all", "--cap-drop", "ALL"]
+    uid = SANDBOX_UID + os.getpid() if root else -1
+    harness_argv = [sys.executable, "-I", "-c", CONFINE, str(PROCS), str(uid), *harness_argv[2:]]
+    argv = [bwrap, *unshare, "--die-with-parent", "--new-session", "--clearenv", "--ro-bind", "/usr", "/usr"]
+    system = ["/bin", "/sbin", "/lib", "/lib32", "/lib64", "/etc", "/sys"]
+    for d in system:
         argv += ["--ro-bind-try", d, d]
-    argv += ["--size", str(SANDBOX_TMP), "--tmpfs", "/tmp"]     # first: a Python under /tmp (CI's) binds over it
+    # /tmp first: a Python under /tmp (CI's) binds over it
+    argv += ["--perms", "1777", "--size", str(SANDBOX_TMP), "--tmpfs", "/tmp"]
+    # The folders bwrap makes to bind the Python in, 0755 rather than its 0700: a root grader's sandbox runs
+    # as another user, who must pass them (those in /usr and the other system binds are the machine's own)
+    for a in sorted({str(a) for d in python_dirs() for a in Path(d).parents} - {"/", "/tmp"}):
+        if not any(a == s or a.startswith(s + "/") for s in ["/usr", *system]):
+            argv += ["--perms", "0755", "--dir", a]
     for d in python_dirs():
         argv += ["--ro-bind", d, d]
-    argv += ["--ro-bind", str(folder), "/grade", "--proc", "/proc", "--dev", "/dev", "--chdir", "/grade"]
+    argv += ["--ro-bind", str(folder), "/grade", "--proc", "/proc", "--dev", "/dev",
+             "--perms", "1777", "--size", str(SANDBOX_SHM), "--tmpfs", "/dev/shm",
+             "--remount-ro", "/dev", "--remount-ro", "/",    # tmpfs with no cap: a hand-in could fill the RAM
+             "--chdir", "/grade"]
     for k, v in env.items():
         argv += ["--setenv", k, v]
     return argv + harness_argv, {}, str(folder)
@@ -389,7 +444,51 @@ def limits(memory_gb):
     def apply():
         cap = memory_gb << 30                          # the data segment, which a CUDA torch imports under
         resource.setrlimit(resource.RLIMIT_DATA, (cap, cap))
+        resource.setrlimit(resource.RLIMIT_NOFILE, (FILES, FILES))
     return apply
+
+
+# What the child sends, as harness.enc encodes a value: its kind, and the type its "v" must have
+KINDS = {"tensor": torch.Tensor, "ndarray": torch.Tensor, "float": float, "int": int, "bool": bool, "str": str,
+         "other": (str, type(None)), "tuple": list, "list": list, "dict": dict}
+DTYPES = {torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16,
+          torch.bfloat16, torch.float32, torch.float64}          # what judge() computes with (no complex)
+
+
+def plain(x, budget, depth=0, encoded=False):
+    """Is x what harness.send writes? Dicts with str keys, lists, str, bool, None, floats, 64-bit ints, and
+    tensors only as encoded values {"kind": "tensor" | "ndarray", "v"}: dense, on the CPU, real, and no
+    more elements than their storage holds (an expanded one grows to gigabytes here); every {"kind", "v"}
+    of a known kind and type. The graded code can write frames of its own, so anything else is its failure,
+    never a crash here. budget: [nodes left to visit] (a frame can hold one list many times over)."""
+    budget[0] -= 1
+    if budget[0] < 0 or depth > 32:
+        return False
+    if encoded or (isinstance(x, dict) and "kind" in x):
+        if not (isinstance(x, dict) and set(x) == {"kind", "v"} and x["kind"] in KINDS
+                and isinstance(x["v"], KINDS[x["kind"]])):
+            return False
+        kind, v = x["kind"], x["v"]
+        if kind in ("tensor", "ndarray"):
+            return v.layout == torch.strided and v.device.type == "cpu" and v.dtype in DTYPES and \
+                v.numel() * v.element_size() <= v.untyped_storage().nbytes()
+        if kind == "dict":
+            return all(isinstance(k, str) and plain(e, budget, depth + 1, True) for k, e in v.items())
+        return all(plain(e, budget, depth + 1, True) for e in v) if kind in ("tuple", "list") else \
+            plain(v, budget, depth + 1)
+    if isinstance(x, dict):
+        return all(isinstance(k, str) and plain(v, budget, depth + 1) for k, v in x.items())
+    if isinstance(x, list):
+        return all(plain(v, budget, depth + 1) for v in x)
+    return x is None or isinstance(x, (str, float)) or (isinstance(x, int) and abs(x) <= 1 << 64)   # a float holds it
+
+
+def shown(text):
+    """A message that quotes the child, safe to print: SHOWN characters at most, and every character a
+    terminal acts on (ESC, CR, newlines, BEL, bidi overrides) escaped, so that it stays on its own line
+    and cannot move the cursor, rewrite what is on screen or pose as the total line."""
+    text = str(text)
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text[:SHOWN]) + "..." * (len(text) > SHOWN)
 
 
 class Child:
@@ -412,7 +511,8 @@ class Child:
             self.log = (self.log + chunk)[-LOG_CAP:]
 
     def frame(self, seconds):
-        """The next (name, payload) the harness sent, or "timeout" / "exited" / "too large"."""
+        """The next frame the harness sent, as plain data (plain()), or "timeout" / "exited" / "too large" /
+        "unreadable" / "malformed". The graded code can write frames of its own to the pipe."""
         header = self.read_exactly(8, seconds)
         if not isinstance(header, bytes):
             return header
@@ -422,13 +522,19 @@ class Child:
         body = self.read_exactly(size, seconds)
         if not isinstance(body, bytes):
             return body
+        if body.count(b"PK\x01\x02") > RECORDS:           # an upper bound on its records: it starts each
+            return "unreadable"
         try:
-            return torch.load(io.BytesIO(body), weights_only=True)
+            records = zipfile.ZipFile(io.BytesIO(body)).infolist()
+            if any(r.compress_type != zipfile.ZIP_STORED for r in records) or sum(r.file_size for r in records) > size:
+                return "unreadable"             # torch.save stores each record: a compressed one could unpack to GBs
+            obj = torch.load(io.BytesIO(body), weights_only=True)
         except Exception:  # noqa: BLE001: whatever the child sent
             return "unreadable"
+        return obj if plain(obj, [1 << 20]) else "malformed"
 
     def read_exactly(self, n, seconds):
-        end, out = time.monotonic() + seconds, b""
+        end, out = time.monotonic() + seconds, bytearray()          # appended to in place: linear in n
         while len(out) < n:
             left = end - time.monotonic()
             if left <= 0:
@@ -440,7 +546,7 @@ class Child:
                     return "exited"
                 out += chunk
                 self.read += len(chunk)
-        return out
+        return bytes(out)
 
     def tail(self):
         text = bytes(self.log).decode(errors="replace").strip().splitlines()
@@ -470,13 +576,15 @@ def run_child(folder, checks, todo, args, bwrap):
     deadline = time.monotonic() + args.budget
     while todo:
         torch.save({pid: checks[pid] for pid in todo}, folder / ".grade" / "checks.pt")
+        os.chmod(folder / ".grade" / "checks.pt", 0o644)           # a root grader's sandbox: another user
         child = Child(folder, args, bwrap)
         got = child.frame(min(args.import_timeout, max(0.0, deadline - time.monotonic())))
         if got != "imported":
             child.stop(got == "exited")
             reason = ("no time left of --budget" if time.monotonic() >= deadline else
                       f"importing the graded files took over {args.import_timeout} s" if got == "timeout"
-                      else f"the child process ended while importing the graded files: {child.tail()}")
+                      else f"the child process ended while importing the graded files: {child.tail()}"
+                      if got == "exited" else "its first frame was not 'imported'")
             why.update({pid: reason for pid in todo})
             break
         while todo:
@@ -492,7 +600,9 @@ def run_child(folder, checks, todo, args, bwrap):
                 break
             why[pid] = ("no time left of --budget" if time.monotonic() >= deadline else
                         f"timed out after {args.timeout} s, then {2 * args.timeout} s" if got == "timeout" else
-                        f"the child process ended: {child.tail()}" if got == "exited" else f"results {got}")
+                        f"the child process ended: {child.tail()}" if got == "exited" else
+                        f"results {got}" if got in ("too large", "unreadable", "malformed") else
+                        "a frame that is not its results")
             todo.pop(0)
             break                                           # a fresh child for the rest
         child.stop()
@@ -500,30 +610,59 @@ def run_child(folder, checks, todo, args, bwrap):
 
 
 class GraderFailure(RuntimeError):
-    """A check the grader could not run (the OS refused it a process or a thread, retries spent): not the
-    hand-in's doing, so no problem is charged and no total is printed (main: "could not run", exit 3)."""
+    """A check the grader could not run (the OS refused it a process or a thread, retries spent, and the
+    release's own stubs too): not the hand-in's doing, so no problem is charged and no total is printed
+    (main: "could not run", exit 3)."""
+
+
+def refusals(got, why):
+    """{problem: what the OS refused it}: a GraderFailure result (harness.run_ranks) or a child that died
+    of EAGAIN (the machine's doing, or the hand-in's: it can write those, or exhaust what its sandbox allows)."""
+    refused = {pid: r["error"] for pid, rs in got.items() if isinstance(rs, list) for r in rs
+               if isinstance(r, dict) and str(r.get("error", "")).startswith(harness.GRADER_FAILURE)}
+    return refused | {pid: w for pid, w in why.items() if "Resource temporarily unavailable" in w}
+
+
+def release_folder(tmp, name, src=None):
+    """tmp/name: the release, with src's graded files in place of its stubs when given, readable by the
+    sandbox (child_argv). Returns (the folder, {file: why src's was not taken})."""
+    folder = Path(tmp) / name
+    release_into(folder)
+    left = take_graded(src, folder) if src else {}
+    (folder / ".grade").mkdir()
+    for p in [folder, *folder.rglob("*")]:         # a root grader's sandbox runs as another user, who reads them
+        p.chmod(p.stat().st_mode | (0o555 if p.is_dir() else 0o444))
+    return folder, left
+
+
+def judged(c, want, got, results, i):
+    """judge(), with a result it cannot read (the graded code can write its own frames) failing the check."""
+    try:
+        return judge(c, want, got, results, i)
+    except Exception as e:  # noqa: BLE001: plain() lets through only plain data, but judge reads more each term
+        return f"malformed result ({type(e).__name__})"
 
 
 def grade_problems(src, args, bwrap):
     """[(problem id, points earned, points, description, checks passed, checks, [messages])]."""
     checks, want = all_checks(args.seed)
     with tempfile.TemporaryDirectory(prefix="fgrpo_grade_") as tmp:
-        folder = Path(tmp) / "release"
-        release_into(folder)
-        left = take_graded(src, folder)
-        (folder / ".grade").mkdir()
+        folder, left = release_folder(tmp, "release", src)
         got, why = run_child(folder, checks, [*(pid for pid, *_ in PROBLEMS), harness.RL], args, bwrap)
-    failed = [r["error"] for rs in got.values() if isinstance(rs, list) for r in rs if isinstance(r, dict)
-              and str(r.get("error", "")).startswith(harness.GRADER_FAILURE)]
-    failed += [w for w in why.values() if "Resource temporarily unavailable" in w]    # EAGAIN: the machine's
-    if failed:
-        raise GraderFailure(failed[0])
+        refused = refusals(got, why)
+        if refused:                     # the OS's doing only if the same checks fail on the release's stubs
+            stubs, _ = release_folder(tmp, "stubs")
+            if refusals(*run_child(stubs, checks, list(refused), args, bwrap)):
+                raise GraderFailure(next(iter(refused.values())))
+            for pid, w in refused.items():
+                got.pop(pid, None)
+                why[pid] = f"{w} (the release's stubs ran these checks: this hand-in made them fail)"
     rows, passing = [], []
     for pid, points, functions, about in PROBLEMS:
         mine = got.get(pid) if isinstance(got.get(pid), list) else []
-        verdicts = [judge(c, want[pid][i], mine[i], mine, i) if i < len(mine) else why.get(pid, "no result")
+        verdicts = [judged(c, want[pid][i], mine[i], mine, i) if i < len(mine) else why.get(pid, "no result")
                     for i, c in enumerate(checks[pid])]
-        messages = [m for m in verdicts if m]
+        messages = [shown(m) for m in verdicts if m]
         files = {file_of(f) for f in functions}
         messages += [f"{f}: {left[f]} in {src}, so the release's stub was graded" for f in sorted(files & set(left))]
         passed = verdicts.count(None)
@@ -534,7 +673,7 @@ def grade_problems(src, args, bwrap):
                                {"error": why.get(harness.RL, "no result")})
     for row in rows:                        # the RL run costs the problems it involves that passed alone
         if row[0] in charged and row[0] in passing:
-            row[1], row[6] = 0, row[6] + [why_rl]
+            row[1], row[6] = 0, row[6] + [shown(why_rl)]
     return [tuple(r) for r in rows]
 
 
@@ -559,7 +698,7 @@ def judge_rl(want, got):
         g = got["steps"][i] if i < len(got["steps"]) and isinstance(got["steps"][i], dict) else None
         first = i == 0 or want["steps"][i - 1]["task"] != w["task"]
         if g is None:
-            frames = got.get("frames", []) if isinstance(got.get("frames"), list) else []
+            frames = [f for f in got["frames"] if isinstance(f, str)] if isinstance(got.get("frames"), list) else []
             names = {f.rsplit(".", 1)[1]: pid for pid, _, fns, _ in PROBLEMS for f in fns}
             charged = sorted({names[f] for f in frames if f in names}) or ["update"]
             return charged, (f"the RL run ({w['task']} task, step {i + 1}) crashed: {got.get('error', 'no result')} "
@@ -824,7 +963,7 @@ def main():
     try:
         rows = grade_problems(src, args, bwrap)
     except GraderFailure as e:
-        print(f"could not run: {str(e)[:300]}; nothing was graded (the grader's failure, not the hand-in's): "
+        print(f"could not run: {shown(e)}; nothing was graded (the grader's failure, not the hand-in's): "
               "rerun when the machine is less loaded", file=sys.stderr)
         sys.exit(3)
     hidden = f", hidden checks of seed {args.seed}" if teacher_side() else ", public checks only"
@@ -843,7 +982,7 @@ def main():
         for eid, title, e, t, wrong in exp:
             print(f"  {eid:3s} {title:40s} {e:g} / {t:g}")
             for w in wrong[:4]:
-                print(f"        {w}")
+                print(f"        {shown(w)}")             # the runs' files are the student's too
         counted, extra = counted_experiments(exp)
         e_sum, t_sum = sum(r[2] for r in counted), sum(r[3] for r in counted)
         x_sum, xt_sum = sum(r[2] for r in extra), sum(r[3] for r in extra)
