@@ -261,6 +261,28 @@ builtins.Exception = BaseException
 def group_advantages(rewards, normalize_std=True, eps=1e-6):
     return rewards - rewards.mean(1, keepdim=True)
 """,
+    # a graded function that knows it is graded (called from the harness, on a check's inputs) and answers
+    # the public checks from expected.json there, and something else in training: the hidden checks hold
+    "detects_the_grader": """
+import inspect, json, torch
+_pub = json.load(open("assignments/expected.json"))
+def _val(v):
+    return torch.tensor(v["tensor"], dtype=getattr(torch, v["dtype"])) if isinstance(v, dict) and "tensor" in v else v
+def _graded_here(pid, args):
+    if not any(f.filename.endswith("harness.py") for f in inspect.stack()):
+        return None                                  # training: something else
+    for c, r in zip(_pub["checks"][pid], _pub["results"][pid]):
+        mine = [_val(a) for a in c["args"]]
+        if len(mine) == len(args) and all(torch.is_tensor(a) and torch.is_tensor(b) and a.shape == b.shape
+                                          and torch.equal(a.double(), b.double()) for a, b in zip(args, mine)):
+            return _val(r["out"]["v"]) if "out" in r else None
+def group_advantages(rewards, normalize_std=True, eps=1e-6):
+    out = _graded_here("group_advantages", [rewards])
+    return out if out is not None else rewards * 0
+def success_rate(rewards, r_correct=1.0, r_wrong=0.0):
+    out = _graded_here("success_rate", [rewards])
+    return out if out is not None else rewards.mean(1)
+""",
 }
 
 # The reference, and another hand-in with the reference's graded files, looked for wherever the sandbox
