@@ -322,13 +322,15 @@ def release_into(dst):
 
 
 def take_graded(src, dst):
-    """Copy the graded files of src into dst: regular files only (a link could reach the reference).
+    """Copy the graded files of src into dst: regular files only, in no linked folder (a link, a tar keeps
+    it, could reach the reference or another hand-in).
     Returns {file: why it was not taken} for those left as the release's stubs."""
     left = {}
     for rel in GRADED_FILES:
         p = src / rel
-        if p.is_symlink() or (p.exists() and not p.is_file()):
-            left[rel] = "not a regular file"
+        if any((src / part).is_symlink() for part in Path(rel).parents if part != Path(".")) or p.is_symlink() \
+                or (p.exists() and not p.is_file()):
+            left[rel] = "not a regular file (a link, or in a linked folder)"
         elif not p.exists():
             left[rel] = "missing"
         else:
@@ -405,8 +407,9 @@ runpy.run_path(sys.argv[0], run_name="__main__")
 """
 
 
-def child_argv(folder, fd, bwrap):
-    """The command that runs the harness on the release in `folder`, results to file descriptor fd."""
+def child_argv(folder, fd, bwrap, hide=()):
+    """The command that runs the harness on the release in `folder`, results to file descriptor fd. hide:
+    host folders the sandbox must not show (the teacher's repository, the folder that holds the hand-ins)."""
     harness_argv = [sys.executable, "-I", "assignments/harness.py", ".grade/checks.pt", str(fd)]
     env = {"HOME": "/tmp", "LANG": "C.UTF-8", "OMP_NUM_THREADS": "1", "PYTHONDONTWRITEBYTECODE": "1",
            "PYTHONHASHSEED": "0", "PATH": "/usr/bin:/bin"}
@@ -431,6 +434,16 @@ def child_argv(folder, fd, bwrap):
             argv += ["--perms", "0755", "--dir", a]
     for d in python_dirs():
         argv += ["--ro-bind", d, d]
+    # What these binds would show of `hide` (the teacher's clone under /usr/src/app or inside the Python
+    # environment, hand-ins beside it there) is an empty folder; a Python folder inside one is bound again
+    inside = lambda p, dirs: any(p == d or p.startswith(d + "/") for d in dirs)     # noqa: E731
+    masks = sorted({os.path.realpath(h) for h in hide if inside(os.path.realpath(h), ["/usr", *system, *python_dirs()])
+                    and os.path.isdir(h)})
+    for h in masks:
+        argv += ["--tmpfs", h]
+    for d in python_dirs():
+        if inside(d, masks):
+            argv += ["--ro-bind", d, d]
     argv += ["--ro-bind", str(folder), "/grade", "--proc", "/proc", "--dev", "/dev",
              "--perms", "1777", "--size", str(SANDBOX_SHM), "--tmpfs", "/dev/shm",
              "--remount-ro", "/dev", "--remount-ro", "/",    # tmpfs with no cap: a hand-in could fill the RAM
@@ -491,12 +504,17 @@ def shown(text):
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text[:SHOWN]) + "..." * (len(text) > SHOWN)
 
 
+def hidden(args):
+    """What the sandbox hides: the teacher's repository and the folder that holds the hand-in (others beside it)."""
+    return [ROOT] + ([Path(args.dir).resolve().parent] if getattr(args, "dir", None) else [])
+
+
 class Child:
     """One run of the harness: results frames read from a pipe, its output drained into a bounded buffer."""
 
     def __init__(self, folder, args, bwrap):
         r, w = os.pipe()
-        argv, env, cwd = child_argv(folder, w, bwrap)
+        argv, env, cwd = child_argv(folder, w, bwrap, hidden(args))
         self.log = bytearray()
         self.proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                      stderr=subprocess.STDOUT, pass_fds=(w,), start_new_session=True,

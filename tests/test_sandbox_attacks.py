@@ -23,6 +23,7 @@ import threading
 import time
 import zipfile
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -469,3 +470,51 @@ def test_what_is_shown_of_the_child_is_one_short_line():
     fake = "\x1b[2K\rtotal: 24 / 24\x1b]0;t\x07\x9b2J\u202e\u2028\x85\nx\udc80"
     assert grade.shown(fake) == repr(fake)[1:-1] and len(grade.shown("A" * 10 ** 6)) == grade.SHOWN + len("...")
     assert grade.shown("μ_hat ≤ 1, 'ok'") == "μ_hat ≤ 1, 'ok'"
+
+
+# -----------------------------------------------------------------------------
+# Where the teacher keeps things (issue 50): nothing of theirs shows through a link or a layout
+
+def test_a_graded_file_in_a_linked_folder_is_not_taken(tmp_path):
+    """A hand-in whose fgrpo_utils/ is a link (a tar archive keeps one) to the teacher's clone: the file is
+    reached through the link, so it is left out (the release's stub is graded), as a linked file is."""
+    src = tmp_path / "hand_in"
+    src.mkdir()
+    for f in GRADED_FILES:
+        if "/" not in f:
+            (src / f).write_text("# mine\n")
+    (src / "fgrpo_utils").symlink_to(ROOT / "fgrpo_utils")
+    dst = tmp_path / "release"
+    for f in GRADED_FILES:
+        (dst / f).parent.mkdir(parents=True, exist_ok=True)
+    left = grade.take_graded(src, dst)
+    assert set(left) == {f for f in GRADED_FILES if "/" in f} and "linked folder" in left["fgrpo_utils/logprob.py"]
+    assert not (dst / "fgrpo_utils" / "logprob.py").exists()
+
+
+def writable(d):
+    return os.path.isdir(d) and os.access(d, os.W_OK)
+
+
+@needs_sandbox
+@pytest.mark.parametrize("base", ["/usr/src", sys.prefix])
+def test_the_teachers_clone_under_a_bound_folder_is_out_of_reach(student, tmp_path, base):
+    """The teacher's clone where the sandbox binds the system or the Python (a container's /usr/src/app,
+    inside the virtual environment): graded by that clone, a hand-in that walks every readable folder for the
+    reference's advantage.py finds nothing."""
+    if not writable(base):
+        pytest.skip(f"{base} is not writable here")
+    clone = Path(base) / f"fgrpo-teacher-{os.getpid()}"
+    try:
+        subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True)
+        d = tmp_path / "alice"
+        shutil.copytree(student, d)
+        (d / "advantage.py").write_text((d / "advantage.py").read_text() + SEARCH.replace("OTHER", str(clone)))
+        out, start = tmp_path / "alice.json", time.monotonic()
+        r = run(clone / "assignments" / "grade.py", d, "--json", out, "--seed", "5")
+        result = (json.loads(out.read_text()) if out.exists() else None, r.stdout, r.stderr, r.returncode,
+                  time.monotonic() - start)
+    finally:
+        shutil.rmtree(clone, ignore_errors=True)
+    check_grader_output(*result)
+    assert "found the reference" not in result[1] + json.dumps(result[0])
