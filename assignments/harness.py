@@ -414,6 +414,28 @@ def ranks_once(modules, check, record):
     return result, tables
 
 
+def rank_args(check, rank):
+    """A rank's arguments in a check on several ranks: its share check["shares"][rank] of the per-sequence ones."""
+    share = check["shares"][rank]
+    return [([a[i] for i in share] if isinstance(a, list) else a[share]) if k in check["per_sequence"] else a
+            for k, a in enumerate(check["args"])]
+
+
+def input_tensors(v):
+    """The tensors of a check's stored arguments, in the order tensors(dec(v)) yields them (a config, a
+    model or a numpy array holds none that tensors() visits)."""
+    if isinstance(v, torch.Tensor):
+        yield v
+    elif isinstance(v, dict) and set(v) == {"tuple"}:
+        yield from input_tensors(v["tuple"])
+    elif isinstance(v, dict) and not set(v) & {"namespace", "qwen2", "ndarray"}:
+        for x in v.values():
+            yield from input_tensors(x)
+    elif isinstance(v, list):
+        for x in v:
+            yield from input_tensors(x)
+
+
 def rank_main(rank, check, sources, record, store, q):
     from datetime import timedelta
     n = check["ranks"]
@@ -432,9 +454,7 @@ def rank_main(rank, check, sources, record, store, q):
             mod.__source__ = src
             exec(compile(src, f"<{name}>", "exec"), mod.__dict__)
             modules[name] = mod
-    share = check["shares"][rank]
-    args = [([a[i] for i in share] if isinstance(a, list) else a[share]) if k in check["per_sequence"] else a
-            for k, a in enumerate(check["args"])]
+    args = rank_args(check, rank)
     torch.manual_seed(0)
     buf = io.BytesIO()                          # plain bytes: no tensor shared with a process about to end
     torch.save(run_check(modules, {**check, "ranks": None, "args": args, "shard": True}, record), buf)
@@ -465,7 +485,6 @@ def run_check(modules, check, record=False):
     for k in check.get("grad", ()):
         if k in kwargs:
             kwargs[k] = kwargs[k].clone().requires_grad_(True)
-    before = [t.detach().clone() for t in tensors([args, kwargs])]
 
     def where(name):          # "token_mean": the module under test's; "fgrpo_utils.logprob.head_logp": that module's
         m, _, attr = name.rpartition(".")
@@ -521,9 +540,8 @@ def run_check(modules, check, record=False):
             model = ({n: a for n, a in zip(names, args)} | kwargs)[check["param_grads"]]
             result["param_grads"] = enc({n: whole(p.grad) if p.grad is not None else torch.zeros_like(whole(p))
                                          for n, p in model.named_parameters()})
-        result["mutated"] = not all(torch.equal(a, b) or (a.shape == b.shape and bool(
-            torch.isclose(a.double(), b.double(), equal_nan=True, rtol=0, atol=0).all()))
-            for a, b in zip((t.detach() for t in tensors([args, kwargs])), before))
+        # the inputs as the call left them: grade.py compares them with its own copy (in place changes)
+        result["inputs_after"] = [enc(t.detach()) for t in tensors([args, kwargs])]
         result["spied"] = {name: s.calls for name, s in stand_ins.items() if isinstance(s, Spy)}
         tables = {kind: {name: stand_ins[name].calls for name in check.get(kind, {})}
                   for kind in STAND_IN_KINDS}
