@@ -443,16 +443,16 @@ def child_argv(folder, fd, bwrap, hide=()):
         argv += ["--ro-bind-try", d, d]
     # /tmp first: a Python under /tmp (CI's) binds over it
     argv += ["--perms", "1777", "--size", str(SANDBOX_TMP), "--tmpfs", "/tmp"]
+    inside = lambda p, dirs: any(p == d or p.startswith(d + "/") for d in dirs)     # noqa: E731
     # The folders bwrap makes to bind the Python in, 0755 rather than its 0700: a root grader's sandbox runs
     # as another user, who must pass them (those in /usr and the other system binds are the machine's own)
     for a in sorted({str(a) for d in python_dirs() for a in Path(d).parents} - {"/", "/tmp"}):
-        if not any(a == s or a.startswith(s + "/") for s in ["/usr", *system]):
+        if not inside(a, ["/usr", *system]):
             argv += ["--perms", "0755", "--dir", a]
     for d in python_dirs():
         argv += ["--ro-bind", d, d]
     # What these binds would show of `hide` (the teacher's clone under /usr/src/app or inside the Python
     # environment, hand-ins beside it there) is an empty folder; a Python folder inside one is bound again
-    inside = lambda p, dirs: any(p == d or p.startswith(d + "/") for d in dirs)     # noqa: E731
     masks = sorted({os.path.realpath(h) for h in hide if inside(os.path.realpath(h), ["/usr", *system, *python_dirs()])
                     and os.path.isdir(h)})
     for h in masks:

@@ -499,7 +499,8 @@ def run_check(modules, check, record=False):
     for name, W in check.get("spy", {}).items():
         saved[name] = getattr(*where(name))
         stand_ins[name] = Spy(saved[name], W)
-    frozen = (dict(zip(names, args)) | kwargs).get(check.get("frozen"))
+    named = dict(zip(names, args)) | kwargs                # every argument by its name
+    frozen = named.get(check.get("frozen"))
     watch = Frozen(frozen) if isinstance(frozen, torch.nn.Module) else None
     started = bool(check.get("dist")) and not torch.distributed.is_initialized()
     if started:                         # all_sum and friends, one rank, for this check only
@@ -525,11 +526,10 @@ def run_check(modules, check, record=False):
         if check.get("detached_out"):         # returned tensors that keep a graph keep its memory alive
             result["out_graph"] = sum(bool(t.requires_grad) for t in tensors(out))
         if check.get("grad"):
-            inputs = {n: a for n, a in zip(names, args)} | kwargs
             y = pick(out, check.get("grad_of", []))
             grads = {}
             for n in check["grad"]:
-                x = inputs[n]
+                x = named[n]
                 g = None
                 if isinstance(y, torch.Tensor) and y.requires_grad:
                     cot = torch.randn(y.shape, generator=torch.Generator().manual_seed(11), dtype=torch.float64)
@@ -537,7 +537,7 @@ def run_check(modules, check, record=False):
                 grads[n] = torch.zeros_like(x) if g is None else g
             result["grads"] = enc(grads)
         if check.get("param_grads"):        # what the call accumulated in a model's .grad
-            model = ({n: a for n, a in zip(names, args)} | kwargs)[check["param_grads"]]
+            model = named[check["param_grads"]]
             result["param_grads"] = enc({n: whole(p.grad) if p.grad is not None else torch.zeros_like(whole(p))
                                          for n, p in model.named_parameters()})
         # the inputs as the call left them: grade.py compares them with its own copy (in place changes)
