@@ -45,8 +45,7 @@ def group_advantages(rewards, normalize_std=True, eps=1e-6):
     adv = R - R.mean(dim=1, keepdim=True)                                  # (G, N)
     if normalize_std and R.shape[1] > 1:
         adv = adv / (R.std(dim=1, keepdim=True) + eps)                     # unbiased std
-    # Write exact zeros for uniform groups: the mean of equal floats need not round back to them,
-    # and we promise downstream code (and the zero-variance metrics) that A == 0 there.
+    # Exact zeros for uniform groups (the mean of equal floats need not round back): A == 0 there is promised
     uniform = (R == R[:, :1]).all(dim=1, keepdim=True)                     # (G, 1)
     return adv.masked_fill(uniform, 0.0)
 
@@ -192,8 +191,7 @@ def token_mean(x, mask, num_tokens=None):
     where each divided by its own count gives a mean of means, wrong whenever response lengths differ."""
     if num_tokens is None:
         num_tokens = mask.sum()
-    # With no tokens at all (an empty or all-padding batch) the sum is 0; dividing it by at least 1
-    # keeps the loss 0 and its gradient 0, where 0 / 0 would give NaN and poison the weights.
+    # No tokens at all (empty or all padding): 0 / max(0, 1) keeps loss and gradient 0, where 0 / 0 is NaN
     return (x * mask).sum() / torch.as_tensor(num_tokens).clamp(min=1)
 
 # How the per-token losses of a mini-batch become one number (verl's loss_agg_mode names).

@@ -53,8 +53,7 @@ MATH = ("aime24", "aime25", "amc23", "math500", "minerva", "olympiadbench")
 OOD = ("ifeval", "synlogic", "gpqa")
 AVERAGES = (("math avg", MATH), ("ood avg", OOD))    # what the significance test averages (Table 1's Avg.)
 LABELS = {"aime24": "AIME24", "aime25": "AIME25", "amc23": "AMC23", "math500": "MATH500", "minerva": "Minerva",
-          "olympiadbench": "Olympiad", "ifeval": "IFEval", "synlogic": "SynLogic", "gpqa": "GPQA-D",
-          "maze": "Maze"}
+          "olympiadbench": "Olympiad", "ifeval": "IFEval", "synlogic": "SynLogic", "gpqa": "GPQA-D", "maze": "Maze"}
 SYNLOGIC_MSG = ("synlogic: skipped. Its eval split (SynLogic-Val) exists only on the Hugging Face hub and "
                 "is not in the data folder; the OOD average covers IFEval and GPQA only.")
 # (benchmark, row index) -> gold that math-verify parses as intended (DESIGN.md, "Evaluation": gold fixes)

@@ -175,8 +175,7 @@ class TorchEngine:
         return chunks
 
     @torch.no_grad()
-    def generate(self, prompts, n, seeds, *, max_new_tokens, stop_token_ids, temperature=1.0,
-                 top_p=1.0, top_k=0):
+    def generate(self, prompts, n, seeds, *, max_new_tokens, stop_token_ids, temperature=1.0, top_p=1.0, top_k=0):
         check_prompts(prompts, seeds)
         out = Rollouts([], [], [], [])
         for start, end in self.plan_chunks(prompts, n, max_new_tokens):
@@ -281,8 +280,7 @@ class VLLMEngine:
         if torch.distributed.is_initialized():
             memory["distributed_executor_backend"] = "external_launcher"
         with _process_state_kept():
-            self.llm = LLM(model_path, dtype=dtype, seed=seed, max_num_seqs=max_num_seqs,
-                           max_model_len=context,
+            self.llm = LLM(model_path, dtype=dtype, seed=seed, max_num_seqs=max_num_seqs, max_model_len=context,
                            logprobs_mode="processed_logprobs", generation_config="vllm",
                            enforce_eager=self.on_cpu if enforce_eager is None else enforce_eager,
                            **memory, **engine_args)
@@ -290,8 +288,7 @@ class VLLMEngine:
         self.asleep = set()           # the parts of the engine that sleep() released
         self.updating = False         # between the first load_weights and reset_prefix_cache
 
-    def generate(self, prompts, n, seeds, *, max_new_tokens, stop_token_ids, temperature=1.0,
-                 top_p=1.0, top_k=0):
+    def generate(self, prompts, n, seeds, *, max_new_tokens, stop_token_ids, temperature=1.0, top_p=1.0, top_k=0):
         from vllm import SamplingParams
         check_prompts(prompts, seeds)
         self._ready()

@@ -146,7 +146,6 @@ def least(ok, lo, hi):
         lo, hi = (lo, (lo + hi) // 2) if ok((lo + hi) // 2) else ((lo + hi) // 2 + 1, hi)
     return hi
 
-
 def assign_groups(costs, world):
     """costs[r]: the tokens each of rank r's groups forwards (0: skipped). Returns dest[r][j], the rank group
     j of rank r goes to: every rank keeps its groups, largest first, while its load stays within the mean;

@@ -261,8 +261,7 @@ def policy_logp(model, batch, temperature=1.0, entropy=False, chunk_bytes=CHUNK_
     return _policy_forward(model, batch, temperature, entropy, chunk_bytes)
 
 @torch.no_grad()
-def completion_logp(model, prompts, completions, pad_token_id, temperature=1.0, batch_size=32,
-                    share_prompts=False):
+def completion_logp(model, prompts, completions, pad_token_id, temperature=1.0, batch_size=32, share_prompts=False):
     """Per-token log-probs of fixed completions, no gradient, via policy_logp: one 1-D tensor per completion."""
     device = next(model.parameters()).device
     result = []

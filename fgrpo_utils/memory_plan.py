@@ -47,8 +47,7 @@ def model_info(folder):
     """Parameter counts and shapes of the model in `folder` (a config.json is all it reads)."""
     return config_info(load_config(folder))
 
-# Bounds a plan accepts, far beyond any published model: a config past them is a typo or damage, and a
-# meta build of 2,000,000 layers would run for minutes while memory grows.
+# Far beyond any published model: a config past them is a typo or damage (a meta build of 2M layers: minutes)
 CONFIG_BOUNDS = dict(hidden_size=1 << 17, intermediate_size=1 << 20, num_attention_heads=1 << 12,
                      num_hidden_layers=1000, vocab_size=1 << 24)
 
@@ -207,8 +206,7 @@ def plan(cfg, world, gpu_memory_gb=80.0, config=None, lengths=None):
 
     def row(name, rollout_b, update_b, sync_b, note, flag="", step_b=None):
         """A part's bytes in each phase; in the optimizer step as in the update unless given."""
-        R.append(Row(name, g(rollout_b), g(update_b), g(update_b if step_b is None else step_b), g(sync_b),
-                     note, flag))
+        R.append(Row(name, g(rollout_b), g(update_b), g(update_b if step_b is None else step_b), g(sync_b), note, flag))
 
     row("weights (fp32, sharded)", 4 * P / W, 4 * P / W, 4 * P / W, f"{P / 1e9:.2f}B params / {W} ranks", "--nproc")
     row("AdamW moments (2 x fp32, sharded)", 8 * P / W, 8 * P / W, 8 * P / W, "exp_avg, exp_avg_sq", "--nproc")

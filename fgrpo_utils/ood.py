@@ -193,8 +193,7 @@ IFEVAL_CHECKS = {   # instruction id -> check(response, **kwargs) -> bool
     "detectable_format:number_bullet_lists": lambda t, num_bullets: len(re.findall(r"^\s*\*[^\*].*$", t, re.M))
         + len(re.findall(r"^\s*-.*$", t, re.M)) == num_bullets,
     "detectable_format:number_highlighted_sections": _highlights,
-    "detectable_format:title": lambda t: any(
-        x.lstrip("<").rstrip(">").strip() for x in re.findall(r"<<[^\n]+>>", t)),
+    "detectable_format:title": lambda t: any(x.lstrip("<").rstrip(">").strip() for x in re.findall(r"<<[^\n]+>>", t)),
     "keywords:existence": lambda t, keywords: all(re.search(k, t, re.I) for k in keywords),
     "keywords:forbidden_words": lambda t, forbidden_words: not any(
         re.search(r"\b" + w + r"\b", t, re.I) for w in forbidden_words),
@@ -207,11 +206,9 @@ IFEVAL_CHECKS = {   # instruction id -> check(response, **kwargs) -> bool
     "length_constraints:number_paragraphs": _paragraphs,
     "length_constraints:number_sentences": lambda t, num_sentences, relation: _cmp(
         count_sentences(t), relation, num_sentences),
-    "length_constraints:number_words": lambda t, num_words, relation: _cmp(
-        count_words(t), relation, num_words),
+    "length_constraints:number_words": lambda t, num_words, relation: _cmp(count_words(t), relation, num_words),
     "punctuation:no_comma": lambda t: "," not in t,
-    "startend:end_checker": lambda t, end_phrase: t.strip().strip('"').lower().endswith(
-        end_phrase.strip().lower()),
+    "startend:end_checker": lambda t, end_phrase: t.strip().strip('"').lower().endswith(end_phrase.strip().lower()),
     "startend:quotation": lambda t: len(t.strip()) > 1 and t.strip()[0] == '"' and t.strip()[-1] == '"',
 }
 

@@ -18,6 +18,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -226,8 +227,6 @@ def writing(path):
     try:
         yield
     except (OSError, RuntimeError, SafetensorError, CheckpointException) as e:   # safetensors': no OSError
-        if any(isinstance(x, KeyboardInterrupt) for x in causes(e)):
-            raise KeyboardInterrupt from None           # Ctrl-C inside DCP's save, which wraps it
         why = disk_trouble(path, e)
         if why is None:
             raise
@@ -260,8 +259,22 @@ def disk_trouble(path, e):
         return f"{path}: not writable"
     return None
 
+@contextlib.contextmanager
+def ctrl_c_waits():
+    """Ctrl-C takes effect when the block ends: torch's zip writer turns a KeyboardInterrupt raised mid-write into
+    'RuntimeError: unexpected pos', a traceback and exit 1, and a save cut short is no checkpoint."""
+    got = []
+    old = signal.signal(signal.SIGINT, lambda *_: got.append(1))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, old)
+    if got:
+        raise KeyboardInterrupt
+
 # -----------------------------------------------------------------------------
 # Checkpoints: DCP, one folder ckpt/step_NNNNNN per save, no "latest" pointer (DESIGN.md, "When things go wrong")
+@ctrl_c_waits()
 def save_checkpoint(model, opt, step, cfg, out_dir):
     """Collective: save model, optimizer and RNG as ckpt/step_NNNNNN; drop what --keep_checkpoints drops."""
     ckpt_root = Path(out_dir) / "ckpt"

@@ -480,3 +480,38 @@ def test_ctrl_c_is_one_line_and_damaged_log_rows_are_named(tiny_run, tmp_path):
     warned = buf.getvalue()
     assert "line 2 is no log row; dropped" in warned and "line 3" not in warned, warned
     assert (run / "metrics.jsonl").read_text() == '{"step": 1, "reward/mean": 0}\n'
+
+
+def test_ctrl_c_inside_torchs_zip_writer_lets_the_save_finish(tiny_run, tmp_path):
+    """A Ctrl-C that lands inside torch's zip writer (a write it calls back into Python) became 'RuntimeError:
+    unexpected pos 704 vs 598', a traceback and exit 1 (CI, 2026-12-06): the KeyboardInterrupt was lost in C++.
+    Now the save finishes first: exit 130, the one line, and the checkpoint being written is whole."""
+    flags, whole = tiny_run
+    run = tmp_path / "run"
+    interrupt = '''
+import os, signal, torch
+real = torch.save
+class Interrupted:                          # the stream DCP hands torch.save, Ctrl-C at its second write
+    def __init__(self, f):
+        self.f, self.writes = f, 0
+    def __getattr__(self, name):
+        return getattr(self.f, name)
+    def write(self, b):
+        self.writes += 1
+        if self.writes == 2:
+            os.kill(os.getpid(), signal.SIGINT)
+        return self.f.write(b)
+def save(obj, f, *a, **k):
+    return real(obj, Interrupted(f) if hasattr(f, "write") else f, *a, **k)
+torch.save = save
+import runpy, sys
+sys.argv = sys.argv[1:]
+runpy.run_path("train.py", run_name="__main__")
+'''
+    r = launch.run([PY, "-c", interrupt, *flags[1:], "--steps", "4", "--out_dir", str(run)], cwd=ROOT, env=ENV,
+                   capture_output=True, text=True, timeout=900)
+    assert r.returncode == 130 and "Traceback" not in r.stderr, r.stderr[-3000:]
+    assert "interrupted: the newest whole checkpoint" in r.stdout, r.stdout
+    assert sorted(p.name for p in (run / "ckpt").iterdir()) == ["step_000001"]
+    resume(flags, run, 4)
+    assert_same_metrics(read_metrics(run), read_metrics(whole))
