@@ -703,12 +703,48 @@ def grade_problems(src, args, bwrap):
         rows.append([pid, points if passed == len(verdicts) else 0, points, about, passed, len(verdicts), messages])
         passing += [pid] if passed == len(verdicts) else []
     rl = got.get(harness.RL)
-    charged, why_rl = judge_rl(want[harness.RL][0], rl[0] if isinstance(rl, list) and rl else
-                               {"error": why.get(harness.RL, "no result")})
-    for row in rows:                        # the RL run costs the problems it involves that passed alone
-        if row[0] in charged and row[0] in passing:
+    charged, why_rl = rl_charges(want[harness.RL][0], rl[0] if isinstance(rl, list) and rl else
+                                 {"error": why.get(harness.RL, "no result")}, passing,
+                                 lambda swap: rerun_rl(src, args, bwrap, checks[harness.RL][0], swap))
+    for row in rows:
+        if row[0] in charged:
             row[1], row[6] = 0, row[6] + [shown(why_rl)]
     return [tuple(r) for r in rows]
+
+
+def rl_charges(want, got, passing, rerun=None):
+    """(problems charged, why) for the RL run: those judge_rl names, of the problems that passed their own checks.
+    Where a problem the failing step runs failed its own, that mistake may be what the run shows (one logged
+    metric wrong, or the loss: with two mini-batches every later metric of the step moves), so the run is
+    judged again with the reference's functions of the failed problems in place (rerun(functions): teacher
+    side; a copy has no reference, and charges nothing then): a mistake costs its own problem only, and one
+    that only the run shows, beside one the checks catch, is still charged."""
+    charged, why, ran = judge_rl(want, got)
+    failed = [pid for pid in ran if pid not in passing]
+    if charged and failed:
+        swap = [f for pid, _, fns, _ in PROBLEMS if pid in failed or (pid in CHAIN and "focal_properties" in failed)
+                for f in fns]        # Problem 5 runs the chain: which of its functions is wrong, it cannot tell
+        again = rerun(swap) if rerun else None
+        charged = judge_rl(want, again)[0] if again is not None else []
+        why = (f"the RL run differs from the reference's even with the reference's {', '.join(failed)} in place of "
+               f"yours (what it gave then is not shown: it ran the reference's code); it involves "
+               f"{', '.join(p for p in charged if p in passing)}")
+    charged = [p for p in charged if p in passing]
+    return charged, why if charged else None
+
+
+def rerun_rl(src, args, bwrap, check, swap):
+    """The RL check again in the sandbox, the reference's `swap` ("module.function") in place of the hand-in's
+    (harness.swap_in): None in a student copy, which has no reference."""
+    if teacher_side() is None:
+        return None
+    sources = {f.rsplit(".", 1)[0]: (ROOT / file_of(f)).read_text() for f in swap}
+    with tempfile.TemporaryDirectory(prefix="fgrpo_grade_") as tmp:
+        folder, _ = release_folder(tmp, "release", src)
+        got, _ = run_child(folder, {harness.RL: [{**check, "reference": sources, "swap": swap}]}, [harness.RL],
+                           args, bwrap)
+    rl = got.get(harness.RL)
+    return rl[0] if isinstance(rl, list) and rl else {"error": "no result"}
 
 
 # What each metric of an RL step involves, in the order a step computes them (harness.RL_METRICS); a
@@ -720,31 +756,33 @@ INVOLVED = {"reward/mean": [], "adv/abs_mean_pre": ["group_advantages"],
             "logp/diff_abs_mean": ["logprobs", "update"], "entropy": ["logprobs", "update"],
             **{k: ["token_mean", "aggregate", "clip_bounds", "policy_loss", "logprobs", "update"]
                for k in ("loss/pg", "ratio/max", "grad_norm")}}
+RAN = {"reverse": ["focal_properties", *TRAINING], "maze": ["focal_properties", *TRAINING, "maze_reward"]}
 
 
 def judge_rl(want, got):
-    """(problems charged, why) for the RL run (harness.rl_run): the first metric of the first step that
-    differs from the reference's (within what another CPU changes), or a crash, costs the problems it
-    involves; ([], None) when every step matches."""
+    """(problems charged, why, the problems the failing step ran) for the RL run (harness.rl_run): the first
+    metric of the first step that differs from the reference's (within what another CPU changes), or a crash,
+    costs the problems it involves; ([], None, []) when every step matches."""
     if not isinstance(got, dict) or not isinstance(got.get("steps"), list):
-        return TRAINING, "the RL run (harness.rl_run) gave no result"
+        return TRAINING, "the RL run (harness.rl_run) gave no result", RAN["maze"]
     for i, w in enumerate(want["steps"]):
         g = got["steps"][i] if i < len(got["steps"]) and isinstance(got["steps"][i], dict) else None
         first = i == 0 or want["steps"][i - 1]["task"] != w["task"]
+        ran = RAN.get(w["task"], RAN["maze"])
         if g is None:
             frames = [f for f in got["frames"] if isinstance(f, str)] if isinstance(got.get("frames"), list) else []
             names = {f.rsplit(".", 1)[1]: pid for pid, _, fns, _ in PROBLEMS for f in fns}
             charged = sorted({names[f] for f in frames if f in names}) or ["update"]
             return charged, (f"the RL run ({w['task']} task, step {i + 1}) crashed: {got.get('error', 'no result')} "
-                             f"(in {', '.join(charged)})")
+                             f"(in {', '.join(charged)})"), ran
         for k in harness.RL_METRICS:
             a, b = g.get(k), w[k]
             if not harness.rl_same(a, want["steps"], i, k):
                 charged = (["maze_reward"] if w["task"] == "maze" else ["update"]) if k == "reward/mean" and first \
                     else INVOLVED[k] if first else TRAINING
                 return charged, (f"the RL run ({w['task']} task, step {i + 1}): {k} is {a}, the reference's {b:.6g}; "
-                                 f"it involves {', '.join(charged)}: full marks means the step trains as the reference's")
-    return [], None
+                                 f"it involves {', '.join(charged)}: full marks means the step trains as the reference's"), ran
+    return [], None, []
 
 
 # -----------------------------------------------------------------------------

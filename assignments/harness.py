@@ -641,6 +641,33 @@ def rl_run(modules, seed):
             torch.distributed.destroy_process_group()
 
 
+def swap_in(sources, functions):
+    """Put the reference's `functions` ("module.function") in place of the loaded ones, wherever a loaded module
+    binds them (train.py imports them by name). sources: {module: the reference's file}; each runs as a module of
+    its own, its other graded functions rebound to the loaded ones, so only `functions` change. For grade.py's
+    question: does the RL run still differ once the problems that failed their own checks are set right?"""
+    from problems import GRADED
+    for name, src in sources.items():
+        ns = {"__name__": f"reference.{name}"}
+        exec(compile(src, f"<the reference's {name}>", "exec"), ns)
+        mine = importlib.import_module(name)
+        for f in GRADED:
+            module, fn = f.rsplit(".", 1)
+            if module == name and f not in functions and hasattr(mine, fn):
+                ns[fn] = getattr(mine, fn)
+        for f in functions:
+            module, fn = f.rsplit(".", 1)
+            if module != name:
+                continue
+            old = getattr(mine, fn, None)
+            for m in list(sys.modules.values()):
+                d = getattr(m, "__dict__", None)
+                for k, v in list(d.items()) if isinstance(d, dict) and old is not None else ():
+                    if v is old:
+                        d[k] = ns[fn]
+            setattr(mine, fn, ns[fn])
+
+
 def graded_modules():
     """The modules that hold graded functions (problems.GRADED), imported: {name: module}."""
     from problems import GRADED
@@ -671,6 +698,8 @@ def main(checks_file, fd):
         for c in cs:
             torch.manual_seed(0)
             mod = c["call"].rsplit(".", 1)[0]
+            if pid == RL and c.get("swap") and mod not in failed:
+                swap_in(c["reference"], c["swap"])
             results.append({"error": failed[mod]} if mod in failed else
                            rl_run(modules, c["seed"]) if pid == RL else run_check(modules, c)[0])
         send(out, {"problem": pid, "results": results})
