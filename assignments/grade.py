@@ -59,7 +59,7 @@ sys.path.insert(0, str(ROOT))
 import harness  # noqa: E402
 from fgrpo_utils.cli import check, refuse  # noqa: E402
 from fgrpo_utils.outputs import check_out_file, file_sha256, write_json_out  # noqa: E402
-from problems import GRADED_FILES, PROBLEMS, RELEASE, file_of  # noqa: E402
+from problems import GRADED, GRADED_FILES, PROBLEMS, RELEASE, file_of  # noqa: E402
 
 
 # -----------------------------------------------------------------------------
@@ -741,7 +741,7 @@ def rerun_rl(src, args, bwrap, check, swap):
     sources = {f.rsplit(".", 1)[0]: (ROOT / file_of(f)).read_text() for f in swap}
     with tempfile.TemporaryDirectory(prefix="fgrpo_grade_") as tmp:
         folder, _ = release_folder(tmp, "release", src)
-        got, _ = run_child(folder, {harness.RL: [{**check, "reference": sources, "swap": swap}]}, [harness.RL],
+        got, _ = run_child(folder, {harness.RL: [{**check, "reference": sources, "swap": swap, "graded": GRADED}]}, [harness.RL],
                            args, bwrap)
     rl = got.get(harness.RL)
     return rl[0] if isinstance(rl, list) and rl else {"error": "no result"}

@@ -641,17 +641,16 @@ def rl_run(modules, seed):
             torch.distributed.destroy_process_group()
 
 
-def swap_in(sources, functions):
+def swap_in(sources, functions, graded):
     """Put the reference's `functions` ("module.function") in place of the loaded ones, wherever a loaded module
     binds them (train.py imports them by name). sources: {module: the reference's file}; each runs as a module of
-    its own, its other graded functions rebound to the loaded ones, so only `functions` change. For grade.py's
+    its own, its other `graded` functions rebound to the loaded ones, so only `functions` change. For grade.py's
     question: does the RL run still differ once the problems that failed their own checks are set right?"""
-    from problems import GRADED
     for name, src in sources.items():
         ns = {"__name__": f"reference.{name}"}
         exec(compile(src, f"<the reference's {name}>", "exec"), ns)
         mine = importlib.import_module(name)
-        for f in GRADED:
+        for f in graded:
             module, fn = f.rsplit(".", 1)
             if module == name and f not in functions and hasattr(mine, fn):
                 ns[fn] = getattr(mine, fn)
@@ -699,7 +698,7 @@ def main(checks_file, fd):
             torch.manual_seed(0)
             mod = c["call"].rsplit(".", 1)[0]
             if pid == RL and c.get("swap") and mod not in failed:
-                swap_in(c["reference"], c["swap"])
+                swap_in(c["reference"], c["swap"], c["graded"])
             results.append({"error": failed[mod]} if mod in failed else
                            rl_run(modules, c["seed"]) if pid == RL else run_check(modules, c)[0])
         send(out, {"problem": pid, "results": results})
