@@ -13,8 +13,6 @@ import sys
 
 import pytest
 
-from problems import GRADED
-
 from test_assignments import (EDITED, LOSES, PROBLEMS, ROOT, WRONG, grade, grade_dir, harness, head_text, module_from,
                               wrong_texts)
 
@@ -45,7 +43,7 @@ def rl_run(module, text, seed, swap=()):
         with loaded(train=train):
             if swap:
                 harness.swap_in({f.rsplit(".", 1)[0]: (ROOT / (f.rsplit(".", 1)[0].replace(".", "/") + ".py"))
-                                 .read_text() for f in swap}, list(swap), GRADED)
+                                 .read_text() for f in swap}, list(swap), grade.GRADED)
             return harness.rl_run({"train": train}, seed)
 
 
