@@ -348,6 +348,12 @@ def pick(out, path):
 
 
 RANK_TIMEOUT = 30         # seconds a check on several ranks may take: a rank left waiting in a collective fails
+UNFINISHED = "RanksDidNotFinish"   # tried once more with twice the time (grade.py) before it counts
+
+
+def unfinished(result):
+    """Did a check on several ranks run out of time (a rank left waiting, or a loaded machine)?"""
+    return isinstance(result, dict) and str(result.get("error", "")).startswith(UNFINISHED)
 RANK_TRIES = 4            # what the OS refuses on a loaded machine (a process, a thread, a socket) is tried again
 GRADER_FAILURE = "GraderFailure"   # an error of the grader's, never charged to the hand-in (grade.py: no total)
 
@@ -387,7 +393,8 @@ def ranks_once(modules, check, record):
     procs = [ctx.Process(target=rank_main, args=(r, check, sources, record, store, q), daemon=True) for r in range(n)]
     for p in procs:
         p.start()
-    got, end = {}, time.monotonic() + RANK_TIMEOUT
+    seconds = check.get("rank_timeout", RANK_TIMEOUT)
+    got, end = {}, time.monotonic() + seconds
     while len(got) < n and time.monotonic() < end and not any(p.exitcode not in (None, 0) for p in procs):
         try:
             r, payload = q.get(timeout=0.5)
@@ -402,7 +409,7 @@ def ranks_once(modules, check, record):
     if refused:                                 # before or around the hand-in's code: the machine's doing
         return {"error": f"{GRADER_FAILURE}: {refused[0]}"}, {}
     if len(got) < n:
-        return {"error": f"RanksDidNotFinish: {n - len(got)} of {n} ranks gave no result within {RANK_TIMEOUT} s "
+        return {"error": f"{UNFINISHED}: {n - len(got)} of {n} ranks gave no result within {seconds} s "
                          "(a rank left waiting in a collective the others never join?)"}, {}
     result, tables = got[0]
     result["other_ranks"] = [{k: got[r][0].get(k) for k in ("error", "out", "param_grads") if k in got[r][0]}
@@ -441,7 +448,7 @@ def rank_main(rank, check, sources, record, store, q):
     n = check["ranks"]
     try:
         torch.distributed.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=n,
-                                             timeout=timedelta(seconds=RANK_TIMEOUT))
+                                             timeout=timedelta(seconds=check.get("rank_timeout", RANK_TIMEOUT)))
     except (OSError, RuntimeError) as e:        # no hand-in code has run: the OS refused (EAGAIN, a socket)
         q.put((rank, f"rank {rank} could not join the process group: {str(e)[:200]}"))
         return

@@ -116,3 +116,54 @@ def test_grade_py_charges_a_metric_only_mistake_its_own_problem(name, tmp_path):
 
 def test_every_wrong_version_is_named_once():
     assert set(LOSES) == set(WRONG) | set(EDITED)
+
+
+def test_a_check_out_of_time_is_run_again_with_twice_the_time_before_it_counts(monkeypatch):
+    """One grading in 80 charged a harmless hand-in Problem 15's 3 points: a check on two ranks ran out of its 30 s
+    on a loaded machine. grade.py now runs such a problem once more, each check on ranks given twice the time, and
+    charges only a second time-out (a hand-in that leaves a rank waiting still loses the problem)."""
+    from types import SimpleNamespace
+    checks = {pid: [{"name": "c", "ranks": 2}] for pid in ALL} | {harness.RL: [{"seed": 0}]}
+    want = {pid: [{"out": 1}] for pid in ALL} | {harness.RL: [{"steps": []}]}
+    monkeypatch.setattr(grade, "all_checks", lambda seed: (checks, want))
+    monkeypatch.setattr(grade, "judged", lambda c, w, g, r, i: None if g == w else "differs")
+    monkeypatch.setattr(grade, "release_folder", lambda tmp, name, src=None: (tmp, {}))
+    late = {"error": f"{harness.UNFINISHED}: 1 of 2 ranks gave no result within 30 s"}
+    for second, lost in [({"out": 1}, set()), (late, {"update"})]:
+        calls = []
+
+        def run_child(folder, cs, todo, args, bwrap):
+            calls.append({pid: cs[pid] for pid in todo})
+            if len(calls) == 1:
+                return {pid: [late if pid == "update" else {"out": 1}] for pid in ALL} | \
+                       {harness.RL: [{"steps": []}]}, {}
+            return {pid: [second] for pid in todo}, {}
+        monkeypatch.setattr(grade, "run_child", run_child)
+        rows = grade.grade_problems(ROOT, SimpleNamespace(seed=5), None)
+        assert calls[1] == {"update": [{"name": "c", "ranks": 2, "rank_timeout": 2 * harness.RANK_TIMEOUT}]}
+        assert {r[0] for r in rows if r[1] < r[2]} == lost
+
+
+def test_the_references_own_check_out_of_time_is_the_graders_failure(monkeypatch):
+    """The reference's answer to a check on ranks that ran out of time was the answer a hand-in had to match: a
+    hand-in that deadlocks then passed. It is run once more with twice the time, then the grading stops as the
+    grader's failure (exit 3, no total), never judged against a time-out."""
+    import make_expected
+    hidden = make_expected.checks(5)
+    pid, c = next((pid, c) for pid, cs in hidden.items() for c in cs if c.get("ranks"))
+    tries = []
+    real = harness.run_check
+
+    def run_check(modules, check, record=False):
+        if check.get("ranks"):
+            tries.append(check.get("rank_timeout"))
+            return {"error": f"{harness.UNFINISHED}: 1 of 2 ranks gave no result"}, {}
+        return real(modules, check, record)
+    monkeypatch.setattr(harness, "run_check", run_check)
+    with pytest.raises(RuntimeError, match=f"^{harness.GRADER_FAILURE}: the reference's own check"):
+        make_expected.answer({pid: [c]}, harness.graded_modules())
+    assert tries == [None, 2 * harness.RANK_TIMEOUT]
+    monkeypatch.setattr(make_expected, "checks", lambda seed: {pid: [c]})
+    monkeypatch.setattr(grade, "public_checks", lambda: ({pid: []}, {pid: []}))
+    with pytest.raises(grade.GraderFailure):
+        grade.all_checks(5)
