@@ -731,7 +731,7 @@ def rl_charges(want, got, passing, rerun=None):
     that only the run shows, beside one the checks catch, is still charged."""
     charged, why, ran = judge_rl(want, got)
     failed = [pid for pid in ran if pid not in passing]
-    if charged and failed:
+    if failed and any(p in passing for p in charged):     # else nothing to spare: no second run
         swap = [f for pid, _, fns, _ in PROBLEMS if pid in failed or (pid in CHAIN and "focal_properties" in failed)
                 for f in fns]        # Problem 5 runs the chain: which of its functions is wrong, it cannot tell
         again = rerun(swap) if rerun else None
