@@ -832,10 +832,11 @@ def ran_the_hand_in(root, info, what):
             if not (Path(root) / f).is_file() or file_sha256(Path(root) / f) != code[f]]
 
 
-def check_run(root, run, steps, world=None, last=(), **config):
+def check_run(root, run, steps, world=None, last=(), tie=False, **config):
     """train.py's out_dir: run.json's config has these values, it ran the hand-in's graded files,
     metrics.jsonl has every step 1..steps, every logged number finite, and the last line holds the
-    keys in `last`."""
+    keys in `last`. tie (the CPU tier's maze runs): its first step replayed and its last evaluation
+    redone from its exported model agree with its log (replayed, tied_to_model)."""
     d = Path(root) / run
     info, err = read_json(d / "run.json")
     if err:
@@ -857,7 +858,86 @@ def check_run(root, run, steps, world=None, last=(), **config):
     missing = [k for k in last if lines and k not in lines[-1]]
     if missing:
         wrong.append(f"{run}: the last step logged no {', '.join(missing)}")
+    elif tie and not wrong:
+        cfg = info["config"]
+        wrong += replayed(root, run, cfg, lines[0]) or tied_to_model(
+            root, run, f"{run}/final", cfg.get("maze_size"), cfg.get("eval_mazes"), cfg.get("eval_samples"),
+            lines[-1][PASSK[0]])
     return wrong
+
+
+SANDBOX = {}       # main's args and bwrap, for the replays of --runs (a test's grading: the defaults below)
+
+
+def replayed(root, run, cfg, first):
+    """[] when step 1 of the run, replayed in the sandbox with the graded files in root (those the run ran:
+    ran_the_hand_in) from the run's own --model (harness.replay), logs what the run's first row says, within what
+    another CPU changes (harness.RL_TOL's bound for later steps); else why. A script's numbers tie to no code and
+    no model."""
+    args = SANDBOX.get("args") or argparse.Namespace(budget=300, timeout=60, import_timeout=120, memory_gb=8)
+    bwrap = SANDBOX["bwrap"] if "bwrap" in SANDBOX else sandbox()[0]
+    model = (Path(root) / str(cfg.get("model", ""))).resolve()
+    if not (model.is_relative_to(Path(root).resolve()) and (model / "model.safetensors").is_file()):
+        return [f"{run}: its --model {cfg.get('model')!r} is no model folder in {root}: step 1 cannot be replayed"]
+    files = [f for f in model.iterdir() if f.is_file() and not f.is_symlink()]
+    if sum(f.stat().st_size for f in files) > 1 << 30:
+        return [f"{run}: its --model {cfg.get('model')!r} holds over 1 GiB: not the CPU tier's maze model"]
+    pid = f"replay {run}"
+    with tempfile.TemporaryDirectory(prefix="fgrpo_replay_") as tmp:
+        folder, left = release_folder(tmp, "release", Path(root))
+        if left:
+            return [f"{run}: {', '.join(sorted(left))} in {root} cannot be graded ({next(iter(left.values()))})"]
+        (folder / ".grade" / "model").mkdir()
+        for f in files:
+            shutil.copyfile(f, folder / ".grade" / "model" / f.name)
+        for p in [folder / ".grade", *(folder / ".grade").rglob("*")]:
+            p.chmod(p.stat().st_mode | (0o777 if p.is_dir() else 0o444))
+        got, why = run_child(folder, {pid: [{"call": "train.rl_step", "replay": cfg, "model": ".grade/model"}]},
+                             [pid], args, bwrap)
+    got = got.get(pid, [None])[0]
+    if not isinstance(got, dict) or "error" in got:
+        return [f"{run}: step 1 could not be replayed with the graded files in {root}: "
+                + shown(str(got.get("error") if isinstance(got, dict) else why.get(pid, "no result")))]
+    rel, tol = harness.RL_TOL[1]
+    off = [k for k in harness.RL_METRICS if isinstance(first.get(k), (int, float))
+           and not (isinstance(got.get(k), float) and math.isclose(got[k], first[k], rel_tol=rel, abs_tol=tol))]
+    if off:
+        return [f"{run}: step 1, replayed with the graded files in {root} from its --model, logs {off[0]} = "
+                f"{got.get(off[0])}, its metrics.jsonl {first[off[0]]}: that log is not a run of this code"]
+    return []
+
+
+TIE_SAMPLES, TIE_Z, TIE_SEED = 16, 5.0, 99991      # fresh samples per maze; standard errors allowed; their seed
+
+
+def tied_to_model(root, what, model, size, mazes, samples, claimed):
+    """[] when `claimed`, a strict pass@1 over the first `mazes` held-out mazes of `size` (0: the model's
+    sft.json) x `samples` samples, is what root/model gives there with TIE_SAMPLES fresh samples a maze: a
+    result no run of that model wrote (a script's numbers) is refused. Both are binomial on the same mazes,
+    so the bound is the within-maze spread, at most p(1 - p) a sample: TIE_Z standard errors of the gap.
+    The model is loaded as data only: the maze architecture of maze.build_model, weights from safetensors."""
+    import maze
+    import rollout
+    from transformers import AutoModelForCausalLM
+    d = (Path(root) / model).resolve()
+    if not (d.is_relative_to(Path(root).resolve()) and (d / "model.safetensors").is_file()):
+        return [f"{what}: no model at {model} (model.safetensors) to tie its evaluation to"]
+    try:
+        size = size or maze.checkpoint_size(d)
+        net = AutoModelForCausalLM.from_pretrained(d, config=maze.build_model().config, use_safetensors=True).eval()
+    except (OSError, ValueError, KeyError, TypeError, RuntimeError) as e:
+        return [f"{what}: {model} is not a maze model this release loads ({type(e).__name__})"]
+    grids = maze.heldout_mazes(size, mazes)
+    with torch.no_grad():
+        c = maze.evaluate_mazes(rollout.TorchEngine(net, pad_token_id=maze.PAD), maze.build_tokenizer(), grids,
+                                TIE_SAMPLES, TIE_SEED)["strict"]
+    got = sum(c) / (TIE_SAMPLES * len(grids))
+    p = min(max((got + claimed) / 2, 0.02), 0.98)
+    se = math.sqrt(p * (1 - p) / len(grids) * (1 / TIE_SAMPLES + 1 / samples))
+    if abs(got - claimed) > TIE_Z * se:
+        return [f"{what}: pass@1 {claimed:.3f}, but {model} gives {got:.3f} on the same {len(grids)} mazes "
+                f"({TIE_SAMPLES} fresh samples each: {abs(got - claimed) / se:.1f} standard errors apart)"]
+    return []
 
 
 def check_eval(root, path, benchmark, n, problems=None):
@@ -873,6 +953,12 @@ def check_eval(root, path, benchmark, n, problems=None):
         wrong.append(f"{path}: {benchmark} has {len(b.get('c', []))} problems, required {problems}")
     if not finite_numbers(b["pass@k"]):
         wrong.append(f"{path}: {benchmark} pass@k holds NaN or inf")
+    cfg = r.get("config", {})
+    if benchmark == "maze" and not wrong and isinstance(cfg, dict) and isinstance(cfg.get("model"), str):
+        c = b.get("c", [])
+        if b.get("rule", "strict") != "strict" or not all(isinstance(x, int) for x in c) or not c:
+            return [f"{path}: maze counts c are not the strict rule's integers"]
+        wrong += tied_to_model(root, path, cfg["model"], 0, len(c), n, sum(c) / (n * len(c)))
     return wrong
 
 
@@ -942,19 +1028,19 @@ EXPERIMENTS = [
     ("E2", "Lemma 3.1 table", [(1, lambda root: check_lemma(root, "out/lemma.json"))]),
     ("E3", "7x7 maze, GRPO vs F-GRPO (class run)",
      [(1, lambda root: check_eval(root, "out/class/sft_eval.json", "maze", 64, 128)),
-      (2, each(check_run, [((f"out/class/g{g}_s{s}", 80), dict(CLASS, gamma=float(g), seed=s, last=PASSK))
+      (2, each(check_run, [((f"out/class/g{g}_s{s}", 80), dict(CLASS, gamma=float(g), seed=s, last=PASSK, tie=True))
                            for g in G for s in (0, 1)]))]),
     ("A1", "ablation: gamma sweep",
-     [(1, each(check_run, [((f"out/ablate/gamma{g}", 80), dict(CLASS, gamma=float(g), seed=0, last=PASSK))
+     [(1, each(check_run, [((f"out/ablate/gamma{g}", 80), dict(CLASS, gamma=float(g), seed=0, last=PASSK, tie=True))
                            for g in ("0.25", "1", "2")]))]),
     ("A2", "ablation: group size N",
      [(1, each(check_run, [((f"out/ablate/N{n}_g{g}", 80), dict(CLASS, group_size=n, gamma=float(g), seed=0,
-                                                                last=PASSK)) for n in (4, 16) for g in G]))]),
+                                                                last=PASSK, tie=True)) for n in (4, 16) for g in G]))]),
     ("A3", "ablation: no std normalisation",
      [(1, each(check_run, [((f"out/ablate/nostd_g{g}", 80), dict(CLASS, gamma=float(g), seed=0, norm_std=False,
-                                                                 last=PASSK)) for g in G]))]),
+                                                                 last=PASSK, tie=True)) for g in G]))]),
     ("A4", "ablation: loss aggregation",
-     [(1, each(check_run, [((f"out/ablate/agg_{a}", 80), dict(CLASS, gamma=0.0, seed=0, loss_agg=a, last=PASSK))
+     [(1, each(check_run, [((f"out/ablate/agg_{a}", 80), dict(CLASS, gamma=0.0, seed=0, loss_agg=a, last=PASSK, tie=True))
                            for a in ("seq-mean-token-mean", "seq-mean-token-sum-norm")]))]),
     ("A5", "ablation: pass@k at large k",
      [(1, each(check_eval, [((f"out/passk/{m}.json", "maze", 1024, 32), {}) for m in ("sft", "grpo", "fgrpo")]))]),
@@ -1037,6 +1123,7 @@ def main():
         args.seed = secrets.randbelow(1 << 31)
 
     bwrap, why = sandbox() if args.no_sandbox == "false" else (None, "--no_sandbox true")
+    SANDBOX.update(args=args, bwrap=bwrap)
     if bwrap is None and args.no_sandbox == "false":
         if teacher_side():      # the reference and other students' grades are here: never without a sandbox
             refuse(f"no sandbox for the graded code: {why}; install it, or pass --no_sandbox true to accept the "

@@ -674,6 +674,34 @@ def swap_in(sources, functions, graded):
             setattr(mine, fn, ns[fn])
 
 
+def replay(modules, check):
+    """Step 1 of a hand-in's train.py run again, here in the sandbox: train.main with the run's run.json config
+    (check["replay"]), the run's model copied to check["model"], one step and no evaluation. Returns the metrics of
+    RL_METRICS that step logged, or the error: grade.py compares them with the run's own first row."""
+    import dataclasses
+    import json
+    import tempfile
+    train = modules["train"]
+    fields = {f.name for f in dataclasses.fields(train.Config)}
+    with tempfile.TemporaryDirectory() as tmp:
+        kw = {k: v for k, v in check["replay"].items() if k in fields}
+        kw.update(model=check["model"], out_dir=os.path.join(tmp, "run"), steps=1, eval_mazes=0, resume=False,
+                  wandb=False, device="cpu", threads=1)
+        try:
+            train.main(train.Config(**kw))
+        except SystemExit as e:             # train.py's one-line refusals and errors (a full /tmp comes after
+            if e.code not in (0, None):     # the step's row: the row still counts)
+                print(f"train.py exited {e.code}", file=sys.stderr)
+        except Exception as e:  # noqa: BLE001: the hand-in's code, or the run's config, failed
+            return {"error": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300]}
+        try:
+            with open(os.path.join(tmp, "run", "metrics.jsonl")) as f:
+                row = json.loads(f.readline())
+        except (OSError, ValueError):
+            return {"error": "train.py logged no step"}
+    return {k: float(row[k]) for k in RL_METRICS if isinstance(row.get(k), (int, float))}
+
+
 def graded_modules():
     """The modules that hold graded functions (problems.GRADED), imported: {name: module}."""
     from problems import GRADED
@@ -706,7 +734,7 @@ def main(checks_file, fd):
             mod = c["call"].rsplit(".", 1)[0]
             if pid == RL and c.get("swap") and mod not in failed:
                 swap_in(c["reference"], c["swap"], c["graded"])
-            results.append({"error": failed[mod]} if mod in failed else
+            results.append({"error": failed[mod]} if mod in failed else replay(modules, c) if "replay" in c else
                            rl_run(modules, c["seed"]) if pid == RL else run_check(modules, c)[0])
         send(out, {"problem": pid, "results": results})
 
