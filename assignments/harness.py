@@ -684,7 +684,7 @@ def replay(modules, check):
     train = modules["train"]
     fields = {f.name for f in dataclasses.fields(train.Config)}
     with tempfile.TemporaryDirectory() as tmp:
-        kw = {k: v for k, v in check["replay"].items() if k in fields}
+        kw = {k: v for k, v in check["replay"].items() if k in fields and k not in ("eval_samples", "eval_every")}
         kw.update(model=check["model"], out_dir=os.path.join(tmp, "run"), steps=1, eval_mazes=0, resume=False,
                   wandb=False, device="cpu", threads=1)
         try:
