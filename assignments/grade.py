@@ -910,27 +910,34 @@ def replayed(root, run, cfg, first):
 TIE_SAMPLES, TIE_Z, TIE_SEED = 16, 5.0, 99991      # fresh samples per maze; standard errors allowed; their seed
 
 
-def tied_to_model(root, what, model, size, mazes, samples, claimed):
+def tied_to_model(root, what, model, size, mazes, samples, claimed, **sampling):
     """[] when `claimed`, a strict pass@1 over the first `mazes` held-out mazes of `size` (0: the model's
     sft.json) x `samples` samples, is what root/model gives there with TIE_SAMPLES fresh samples a maze: a
     result no run of that model wrote (a script's numbers) is refused. Both are binomial on the same mazes,
     so the bound is the within-maze spread, at most p(1 - p) a sample: TIE_Z standard errors of the gap.
-    The model is loaded as data only: the maze architecture of maze.build_model, weights from safetensors."""
+    The model is loaded as data only: the maze architecture of maze.build_model, weights from safetensors;
+    `sampling`: evaluate.py's temperature, top_p, top_k (a run's evaluation samples at temperature 1)."""
     import maze
     import rollout
     from transformers import AutoModelForCausalLM
+    from transformers.utils import logging
+    logging.disable_progress_bar()
+    if not (type(mazes) is int and 0 < mazes <= 1024 and type(samples) is int and samples > 0
+            and isinstance(claimed, (int, float)) and 0 <= claimed <= 1):
+        return [f"{what}: {mazes!r} mazes x {samples!r} samples, pass@1 {claimed!r}: no evaluation to tie"]
     d = (Path(root) / model).resolve()
     if not (d.is_relative_to(Path(root).resolve()) and (d / "model.safetensors").is_file()):
         return [f"{what}: no model at {model} (model.safetensors) to tie its evaluation to"]
     try:
         size = size or maze.checkpoint_size(d)
         net = AutoModelForCausalLM.from_pretrained(d, config=maze.build_model().config, use_safetensors=True).eval()
-    except (OSError, ValueError, KeyError, TypeError, RuntimeError) as e:
-        return [f"{what}: {model} is not a maze model this release loads ({type(e).__name__})"]
-    grids = maze.heldout_mazes(size, mazes)
-    with torch.no_grad():
-        c = maze.evaluate_mazes(rollout.TorchEngine(net, pad_token_id=maze.PAD), maze.build_tokenizer(), grids,
-                                TIE_SAMPLES, TIE_SEED)["strict"]
+        grids = maze.heldout_mazes(size, mazes)
+        with torch.no_grad():
+            c = maze.evaluate_mazes(rollout.TorchEngine(net, pad_token_id=maze.PAD), maze.build_tokenizer(), grids,
+                                    TIE_SAMPLES, TIE_SEED, **sampling)["strict"]
+    except Exception as e:  # noqa: BLE001: the files and flags are the student's; the code is ours
+        return [f"{what}: {model} is not a maze model, or its flags no evaluation, this release runs "
+                f"({type(e).__name__})"]
     got = sum(c) / (TIE_SAMPLES * len(grids))
     p = min(max((got + claimed) / 2, 0.02), 0.98)
     se = math.sqrt(p * (1 - p) / len(grids) * (1 / TIE_SAMPLES + 1 / samples))
@@ -953,12 +960,14 @@ def check_eval(root, path, benchmark, n, problems=None):
         wrong.append(f"{path}: {benchmark} has {len(b.get('c', []))} problems, required {problems}")
     if not finite_numbers(b["pass@k"]):
         wrong.append(f"{path}: {benchmark} pass@k holds NaN or inf")
-    cfg = r.get("config", {})
-    if benchmark == "maze" and not wrong and isinstance(cfg, dict) and isinstance(cfg.get("model"), str):
-        c = b.get("c", [])
-        if b.get("rule", "strict") != "strict" or not all(isinstance(x, int) for x in c) or not c:
-            return [f"{path}: maze counts c are not the strict rule's integers"]
-        wrong += tied_to_model(root, path, cfg["model"], 0, len(c), n, sum(c) / (n * len(c)))
+    cfg, c = r.get("config"), b.get("c")
+    if benchmark == "maze" and not wrong:       # tied to the model it names, as a run's last evaluation is
+        if not (isinstance(cfg, dict) and isinstance(cfg.get("model"), str)):
+            return [f"{path}: names no --model to tie its numbers to"]
+        if b.get("rule") != "strict" or not (isinstance(c, list) and c and all(type(x) is int for x in c)):
+            return [f"{path}: its maze counts c are not the strict rule's, one integer a maze"]
+        wrong += tied_to_model(root, path, cfg["model"], 0, len(c), n, sum(c) / (n * len(c)),
+                               **{k: cfg[k] for k in ("temperature", "top_p", "top_k") if k in cfg})
     return wrong
 
 
