@@ -1073,9 +1073,10 @@ def test_handout_commands_use_flags_that_exist():
             assert flag in fields, f"HANDOUT.md: {script} has no flag --{flag}"
 
 
-def test_experiment_checks_on_synthetic_runs(tmp_path):
-    """grade.py --runs: a class run (E3) with the required flags, steps and evaluation earns its
-    points; a NaN, a missing step or another --gamma loses them."""
+def test_experiment_checks_on_synthetic_runs(tmp_path, monkeypatch):
+    """grade.py --runs: synthetic run folders (the required flags, steps and evaluation, the hand-in's hashes)
+    earn nothing, since no model ties them to a run (tests/test_runs_tied.py ties real ones); with the tie taken
+    as given, a class run (E3) earns its points, and a NaN, a missing step or another --gamma loses them."""
     for rel in GRADED_FILES:                           # the hand-in's graded files, which the runs ran
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(ROOT / rel, tmp_path / rel)
@@ -1092,8 +1093,13 @@ def test_experiment_checks_on_synthetic_runs(tmp_path):
     for g in ("0", "0.5"):
         for s in (0, 1):
             write_run(cls / f"g{g}_s{s}", float(g), s)
-    (cls / "sft_eval.json").write_text(json.dumps(
-        {"config": {}, "pending": [], "benchmarks": {"maze": {"n": 64, "c": [3] * 128, "pass@k": {"1": 0.05}}}}))
+    (cls / "sft_eval.json").write_text(json.dumps({"config": {"model": "out/class/sft"}, "pending": [], "benchmarks": {
+        "maze": {"n": 64, "rule": "strict", "c": [3] * 128, "pass@k": {"1": 0.05}}}}))
+    rows = {r[0]: r for r in grade.grade_experiments(tmp_path)}
+    assert rows["E3"][2:4] == (0.0, 3.0) and "no model at out/class/sft" in rows["E3"][4][0], rows["E3"][4]
+    assert all("is no model folder" in w for w in rows["E3"][4][1:]), rows["E3"][4]
+    monkeypatch.setattr(grade, "replayed", lambda *a: [])
+    monkeypatch.setattr(grade, "tied_to_model", lambda *a, **k: [])
     rows = {r[0]: r for r in grade.grade_experiments(tmp_path)}
     assert rows["E3"][2:4] == (3.0, 3.0), rows["E3"][4]
     assert all(r[2] == 0 for k, r in rows.items() if k != "E3")

@@ -62,8 +62,8 @@ def test_a_run_is_tied_to_its_code_and_model_and_a_scripts_log_is_not(hand_in, t
     edit_rows(run, lambda rows: rows[0].update(entropy=rows[0]["entropy"] * 1.01))
     assert any("that log is not a run of this code" in w for w in check(root)), check(root)
     (run / "metrics.jsonl").write_text(whole)
-    edit_rows(run, lambda rows: rows[-1].update({grade.PASSK[0]: 0.25}))        # the random policy solves none
-    assert any("pass@1 0.250, but out/run/final gives 0.000" in w for w in check(root)), check(root)
+    edit_rows(run, lambda rows: rows[-1].update({grade.PASSK[0]: 0.5}))        # the random policy solves none
+    assert any("pass@1 0.500, but out/run/final gives 0.000" in w for w in check(root)), check(root)
     (run / "metrics.jsonl").write_text(whole)
     shutil.rmtree(run / "final")
     assert any("no model at out/run/final" in w for w in check(root)), check(root)
