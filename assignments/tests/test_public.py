@@ -31,5 +31,5 @@ def test_public_checks(pid):
 
 def test_the_rl_steps_train_as_the_reference():
     """Three RL steps of the toy task and one of the maze with all your functions (grade.py's run)."""
-    charged, why = grade.judge_rl(RESULTS[harness.RL][0], harness.rl_run(MODULES, CHECKS[harness.RL][0]["seed"]))
+    charged, why, _ = grade.judge_rl(RESULTS[harness.RL][0], harness.rl_run(MODULES, CHECKS[harness.RL][0]["seed"]))
     assert not charged, why
