@@ -724,22 +724,28 @@ def grade_problems(src, args, bwrap):
 
 def rl_charges(want, got, passing, rerun=None):
     """(problems charged, why) for the RL run: those judge_rl names, of the problems that passed their own checks.
-    Where a problem the failing step runs failed its own, that mistake may be what the run shows (one logged
-    metric wrong, or the loss: with two mini-batches every later metric of the step moves), so the run is
-    judged again with the reference's functions of the failed problems in place (rerun(functions): teacher
-    side; a copy has no reference, and charges nothing then): a mistake costs its own problem only, and one
-    that only the run shows, beside one the checks catch, is still charged."""
+    rerun(functions) runs it again with the reference's `functions` in place of the hand-in's (teacher side; a
+    student copy has no reference). Where a problem the failing step runs failed its own checks, that mistake may
+    be what the run shows (one logged metric wrong, or the loss: with two mini-batches every later metric of the
+    step moves), so the run is judged again with the failed problems set right, and only what still differs is
+    charged (in a copy: nothing). Where several problems that passed are charged, the reference's version of each
+    in turn finds the one at fault: a mistake costs its own problem only."""
     charged, why, ran = judge_rl(want, got)
     failed = [pid for pid in ran if pid not in passing]
+    fixed = [f for pid, _, fns, _ in PROBLEMS if pid in failed or (pid in CHAIN and "focal_properties" in failed)
+             for f in fns]        # Problem 5 runs the chain: which of its functions is wrong, it cannot tell
     if failed and any(p in passing for p in charged):     # else nothing to spare: no second run
-        swap = [f for pid, _, fns, _ in PROBLEMS if pid in failed or (pid in CHAIN and "focal_properties" in failed)
-                for f in fns]        # Problem 5 runs the chain: which of its functions is wrong, it cannot tell
-        again = rerun(swap) if rerun else None
+        again = rerun(fixed) if rerun else None
         charged = judge_rl(want, again)[0] if again is not None else []
         why = (f"the RL run differs from the reference's even with the reference's {', '.join(failed)} in place of "
                f"yours (what it gave then is not shown: it ran the reference's code); it involves "
                f"{', '.join(p for p in charged if p in passing)}")
     charged = [p for p in charged if p in passing]
+    for pid, _, fns, _ in PROBLEMS if len(charged) > 1 and rerun else ():
+        again = rerun(fixed + fns) if pid in charged and fns else None
+        if again is not None and not judge_rl(want, again)[0]:
+            charged, why = [pid], f"{why}; with the reference's {pid} in place of yours, the run trains as the reference's"
+            break
     return charged, why if charged else None
 
 
@@ -766,7 +772,8 @@ INVOLVED = {"reward/mean": [], "adv/abs_mean_pre": ["group_advantages"],
             "logp/diff_abs_mean": ["logprobs", "update"], "entropy": ["logprobs", "update"],
             **{k: ["token_mean", "aggregate", "clip_bounds", "policy_loss", "logprobs", "update"]
                for k in ("loss/pg", "ratio/max", "grad_norm")}}
-RAN = {"reverse": ["focal_properties", *TRAINING], "maze": ["focal_properties", *TRAINING, "maze_reward"]}
+RAN = {"reverse": ["focal_properties", *TRAINING], "reverse, class batch": ["focal_properties", *TRAINING],
+       "maze": ["focal_properties", *TRAINING, "maze_reward"]}
 
 
 def judge_rl(want, got):

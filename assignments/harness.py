@@ -592,6 +592,14 @@ class Frozen:
 
 RL = "rl_steps"                    # the check's name, beside the problems'
 RL_STEPS = 3                       # steps of the toy task (its random policy already gets partial rewards)
+# The RL run (rl_run): (task label, steps, train.py flags). The toy task off-policy (two mini-batches); again at the
+# class run's batch (HANDOUT E3: 32 prompts x N = 8, one mini-batch of four micro-batches of 64), so an update that
+# behaves only at the checks' sizes (32 sequences at most) shows in the second step's metrics; the maze's random
+# policy, whose groups have no signal (the update's empty path).
+RL_RUNS = [("reverse", RL_STEPS, dict(prompts_per_step=8, mini_batch_prompts=4, gamma=0.5, lr=3e-3)),
+           ("reverse, class batch", 2, dict(prompts_per_step=32, mini_batch_prompts=32, group_size=8,
+                                            micro_batch_size=64, gamma=0.5, lr=3e-3)),
+           ("maze", 1, dict(maze_size=7, prompts_per_step=4, mini_batch_prompts=4, eval_mazes=0, lr=1e-4))]
 RL_METRICS = ("reward/mean", "adv/abs_mean_pre", "focal/g_mean", "adv/abs_mean_post", "logp/diff_abs_mean",
               "entropy", "loss/pg", "ratio/max", "grad_norm")       # in the order a step computes them
 # (relative, absolute) tolerance of an RL metric: a task's first step, then its later ones, where each
@@ -606,10 +614,9 @@ def rl_same(a, want, i, k):
 
 
 def rl_run(modules, seed):
-    """RL_STEPS of `train.py --task reverse --model tiny` (F-GRPO, gamma 0.5, two mini-batches: off-policy)
-    and one step of the maze with its random 3.9M policy (no group has signal: the update's empty path),
-    through train.rl_step, step_metrics and the log line, in a process group of one. Returns the
-    metrics RL_METRICS of each step, or the error and the graded functions its traceback passes through."""
+    """The steps of RL_RUNS (`train.py --model tiny`, F-GRPO with gamma 0.5 on the toy task, then the maze's
+    random 3.9M policy) through train.rl_step, step_metrics and the log line, in a process group of one. Returns
+    the metrics RL_METRICS of each step, or the error and the graded functions its traceback passes through."""
     import tempfile
     import traceback
     from fgrpo_utils.metrics import log_line, step_metrics
@@ -620,11 +627,11 @@ def rl_run(modules, seed):
     steps = []
     try:
         with tempfile.TemporaryDirectory() as tmp:
-            runs = [("reverse", RL_STEPS, dict(prompts_per_step=8, mini_batch_prompts=4, gamma=0.5, lr=3e-3)),
-                    ("maze", 1, dict(maze_size=7, prompts_per_step=4, mini_batch_prompts=4, eval_mazes=0, lr=1e-4))]
-            for task, n, flags in runs:
-                cfg = train.Config(task=task, model="tiny", device="cpu", group_size=4, warmup_steps=0, seed=seed,
-                                   sample_every=0, micro_batch_size=8, out_dir=os.path.join(tmp, task), **flags)
+            for label, n, flags in RL_RUNS:
+                task = label.split(",")[0]
+                cfg = train.Config(**{**dict(task=task, model="tiny", device="cpu", group_size=4, warmup_steps=0,
+                                             seed=seed, sample_every=0, micro_batch_size=8), **flags},
+                                   out_dir=os.path.join(tmp, str(len(steps))))
                 tok = train.load_tokenizer(cfg)
                 model, ref, engine, opt = train.build_models(cfg, tok, 0 if task == "maze" else tok.pad_token_id,
                                                              torch.device("cpu"))
@@ -636,7 +643,7 @@ def rl_run(modules, seed):
                                       else 0, device=torch.device("cpu"), rank=0, world=1)
                     m = step_metrics(r)
                     log_line(m, n)                          # the log line reads the metrics train.py prints
-                    steps.append({"task": task, **{k: float(m[k]) for k in RL_METRICS}})
+                    steps.append({"task": label, **{k: float(m[k]) for k in RL_METRICS}})
                 del model, ref, engine, opt
         return {"steps": steps}
     except Exception as e:  # noqa: BLE001: a crash costs the problems whose functions it ran through

@@ -89,13 +89,15 @@ def test_a_mistake_only_the_run_shows_is_charged_beside_one_the_checks_catch(pub
         asked.append(swap)
         return got
     charged, why = grade.rl_charges(want, got, passing, rerun)
-    assert asked == [["advantage.success_rate"]] and "update" in charged and "success_rate" not in charged, why
+    assert asked[0] == ["advantage.success_rate"] and "update" in charged and "success_rate" not in charged, why
+    assert all(swap[0] == "advantage.success_rate" and len(swap) > 1 for swap in asked[1:]), asked   # each in turn
     assert "even with the reference's success_rate" in why and str(got["steps"][0]["loss/pg"]) not in why
     assert grade.rl_charges(want, got, passing) == ([], None)
     assert grade.rl_charges(want, got, passing, lambda swap: {"steps": want["steps"]}) == ([], None)
     assert grade.rl_charges(want, got, ALL) == (grade.judge_rl(want, got)[0], grade.judge_rl(want, got)[1])
+    asked.clear()
     focal = grade.rl_charges(want, got, ALL - {"focal_properties"}, lambda swap: asked.append(swap))
-    assert asked[-1] == [f for pid in grade.CHAIN for p, _, fns, _ in PROBLEMS if p == pid for f in fns], focal
+    assert asked[0] == [f for p, _, fns, _ in PROBLEMS if p in grade.CHAIN for f in fns], focal
 
 
 @pytest.mark.parametrize("name", ["update_entropy_metric_over_padding"])
@@ -167,3 +169,35 @@ def test_the_references_own_check_out_of_time_is_the_graders_failure(monkeypatch
     monkeypatch.setattr(grade, "public_checks", lambda: ({pid: []}, {pid: []}))
     with pytest.raises(grade.GraderFailure):
         grade.all_checks(5)
+
+
+# Wrong versions that every check of their own problem misses, by design, and the RL run catches: (file, the line,
+# its replacement, the problems they lose).
+RL_ONLY = {
+    # the gradient turned the wrong way unless the mini-batch is as small as the checks' (32 sequences at most):
+    # full marks before the RL run took the class run's batch, and it trained the class run the wrong way
+    "update_wrong_way_beyond_the_checks_batch": ("train.py", "(loss * world).backward()",
+                                                 "(loss * world * (1 if len(prompts) <= 32 else -1)).backward()",
+                                                 {"update"}),
+}
+
+
+@pytest.mark.parametrize("name", sorted(RL_ONLY))
+def test_a_mistake_only_the_rl_run_shows_costs_its_problem(public_rl, name):
+    import test_assignments
+    rel, old, new, loses = RL_ONLY[name]
+    ref = head_text(rel)
+    assert ref.count(old) == 1, f"{name}: {rel} no longer has the line {old!r}"
+    module, text = rel.removesuffix(".py").replace("/", "."), ref.replace(old, new)
+    import make_expected
+    checks, results = grade.public_checks()
+    hidden = make_expected.checks(5)
+    answers = make_expected.answer(hidden, harness.graded_modules())
+    graded = {pid: checks[pid] + hidden[pid] for pid in checks}, {pid: results[pid] + answers[pid] for pid in checks}
+    assert test_assignments.lost_problems(module_from(text, module), graded, set(ALL)) == set()   # its checks miss it
+    check, want = public_rl
+    got = rl_run(module, text, check["seed"])
+    charged, why = grade.rl_charges(want, got, ALL)               # a copy: every problem the failing step involves
+    assert loses < set(charged) and "class batch" in why, why
+    charged, why = grade.rl_charges(want, got, ALL, lambda swap: rl_run(module, text, check["seed"], swap))
+    assert set(charged) == loses and f"with the reference's {min(loses)} in place of yours" in why, why
