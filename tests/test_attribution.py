@@ -36,14 +36,18 @@ def loaded(**modules):
 
 def rl_run(module, text, seed, swap=()):
     """harness.rl_run in this process with `module` from `text` (a wrong version) and the rest as committed, and the
-    reference's `swap` ("module.function") put in as grade.rerun_rl has the child do it."""
-    mod = module_from(text, module)
-    with loaded(**{module: mod}):
-        train = mod if module == "train" else module_from(head_text("train.py"), "train")
+    reference's `swap` ("module.function") put in as grade.rerun_rl has the child do it. Every module it changes is
+    a fresh copy, train.py's last (it binds the others' functions), so this process's own modules stay as they are."""
+    names = {f.rsplit(".", 1)[0] for f in swap} | {module}
+    path = lambda name: name.replace(".", "/") + ".py"                          # noqa: E731
+    mods = {m: module_from(text if m == module else head_text(path(m)), m) for m in sorted(names - {"train"})}
+    with loaded(**mods):
+        train = module_from(text if module == "train" else head_text("train.py"), "train")
         with loaded(train=train):
             if swap:
-                harness.swap_in({f.rsplit(".", 1)[0]: (ROOT / (f.rsplit(".", 1)[0].replace(".", "/") + ".py"))
-                                 .read_text() for f in swap}, list(swap), grade.GRADED)
+                harness.swap_in({m: (ROOT / path(m)).read_text() for m in names if any(f.startswith(m + ".")
+                                                                                      for f in swap)},
+                                list(swap), grade.GRADED)
             return harness.rl_run({"train": train}, seed)
 
 
