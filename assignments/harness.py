@@ -390,7 +390,10 @@ def ranks_once(modules, check, record):
     sources = {name: getattr(m, "__source__", None) for name, m in modules.items()}
     ctx.set_forkserver_preload(["torch", *sources])
     store, q = os.path.join(tempfile.mkdtemp(), "store"), ctx.Queue()
-    procs = [ctx.Process(target=rank_main, args=(r, check, sources, record, store, q), daemon=True) for r in range(n)]
+    blob = io.BytesIO()              # as bytes: the server would get a tensor as a file descriptor, and a check
+    torch.save(check, blob)          # with over 250 of them failed to start ("too many fds")
+    procs = [ctx.Process(target=rank_main, args=(r, blob.getvalue(), sources, record, store, q), daemon=True)
+             for r in range(n)]
     for p in procs:
         p.start()
     seconds = check.get("rank_timeout", RANK_TIMEOUT)
@@ -445,6 +448,7 @@ def input_tensors(v):
 
 def rank_main(rank, check, sources, record, store, q):
     from datetime import timedelta
+    check = torch.load(io.BytesIO(check), weights_only=False)       # ranks_once's own bytes
     n = check["ranks"]
     try:
         torch.distributed.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=n,

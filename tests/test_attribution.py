@@ -9,12 +9,14 @@ still charged; the copy, which has no reference to run again with, charges nothi
 Withheld from the student copy with tests/test_assignments.py, whose wrong versions it reads.
 """
 import contextlib
+import json
+import subprocess
 import sys
 
 import pytest
 
-from test_assignments import (EDITED, LOSES, PROBLEMS, ROOT, WRONG, grade, grade_dir, harness, head_text, module_from,
-                              wrong_texts)
+from test_assignments import (ENV, EDITED, LOSES, PROBLEMS, ROOT, WRONG, grade, grade_dir, harness, head_text,
+                              module_from, wrong_texts)
 
 ALL = {pid for pid, *_ in PROBLEMS}
 
@@ -186,19 +188,36 @@ RL_ONLY = {
 }
 
 
+UNIT_LOSSES = """
+import json, sys
+sys.path[:0] = sys.argv[1:]
+import test_assignments as T
+from test_assignments import grade, harness, make_expected
+module, text = json.loads(sys.stdin.read())
+checks, results = grade.public_checks()
+hidden = make_expected.checks(5)
+answers = make_expected.answer(hidden, harness.graded_modules())
+graded = {pid: checks[pid] + hidden[pid] for pid in checks}, {pid: results[pid] + answers[pid] for pid in checks}
+print(json.dumps(sorted(T.lost_problems(T.module_from(text, module), graded, set(graded[0]) - {harness.RL}))))
+"""
+
+
+def unit_losses(module, text):
+    """The problems a wrong version loses on its problems' own checks (the public and one seed's hidden), in a fresh
+    process: one whose RL runs left threads starts the checks' ranks from a fork server, slowly."""
+    r = subprocess.run([sys.executable, "-c", UNIT_LOSSES, str(ROOT), str(ROOT / "tests")], input=json.dumps([module, text]), cwd=ROOT / "tests",
+                       env=ENV, capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return json.loads(r.stdout.splitlines()[-1])
+
+
 @pytest.mark.parametrize("name", sorted(RL_ONLY))
 def test_a_mistake_only_the_rl_run_shows_costs_its_problem(public_rl, name):
-    import test_assignments
     rel, old, new, loses = RL_ONLY[name]
     ref = head_text(rel)
     assert ref.count(old) == 1, f"{name}: {rel} no longer has the line {old!r}"
     module, text = rel.removesuffix(".py").replace("/", "."), ref.replace(old, new)
-    import make_expected
-    checks, results = grade.public_checks()
-    hidden = make_expected.checks(5)
-    answers = make_expected.answer(hidden, harness.graded_modules())
-    graded = {pid: checks[pid] + hidden[pid] for pid in checks}, {pid: results[pid] + answers[pid] for pid in checks}
-    assert test_assignments.lost_problems(module_from(text, module), graded, set(ALL)) == set()   # its checks miss it
+    assert unit_losses(module, text) == []                         # every check of its own problem misses it
     check, want = public_rl
     got = rl_run(module, text, check["seed"])
     charged, why = grade.rl_charges(want, got, ALL)               # a copy: every problem the failing step involves
