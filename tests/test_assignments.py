@@ -1049,8 +1049,10 @@ def test_handout_states_the_measured_figures():
                    f"{duration(t['E3 warm start evaluation'])} for the warm start's evaluation.",
                    "warm start " + " / ".join(map(str, e3["warm start"])) + " (pass@1 / 8 / 64), GRPO " + pm("GRPO")
                    + ", F-GRPO " + pm("F-GRPO"),
-                   f"A correct hand-in takes about {round(t['grading a correct hand-in'])} s"):
+                   f"A correct hand-in takes about {round(t['grading a correct hand-in'])} s, and "
+                   f"{duration(t['grading it with --runs (E1-E3)'])} with `--runs`"):
         assert figure in " ".join(text.split()), figure
+    assert all(e["points"] == e["max"] for e in tier["checked"].values()), tier["checked"]   # its runs tie
     cls = json.loads((ROOT / "results" / "course" / "class_grading.json").read_text())
     assert cls["graded_wrong"] == 0 and cls["machine"].endswith(" 2 cores") and len(cls["hand_ins"]) == 10
     figure = f"ten hand-ins graded {cls['parallel']} at a time in {duration(cls['wall_s'])} on 2 cores"
