@@ -698,8 +698,7 @@ def grade_problems(src, args, bwrap):
                 why[pid] = f"{w} (the release's stubs ran these checks: this hand-in made them fail)"
         stuck = [pid for pid, rs in got.items() if isinstance(rs, list) and any(map(harness.unfinished, rs))]
         if stuck:                       # a rank out of time: a loaded machine, or the hand-in; once more, twice the time
-            again = {pid: [{**c, "rank_timeout": 2 * harness.RANK_TIMEOUT} if c.get("ranks") else c for c in checks[pid]]
-                     for pid in stuck}
+            again = {pid: [harness.more_time(c) for c in checks[pid]] for pid in stuck}
             got.update(run_child(folder, again, stuck, args, bwrap)[0])
     rows, passing = [], []
     for pid, points, functions, about in PROBLEMS:
@@ -734,13 +733,12 @@ def rl_charges(want, got, passing, rerun=None):
     failed = [pid for pid in ran if pid not in passing]
     fixed = [f for pid, _, fns, _ in PROBLEMS if pid in failed or (pid in CHAIN and "focal_properties" in failed)
              for f in fns]        # Problem 5 runs the chain: which of its functions is wrong, it cannot tell
-    if failed and any(p in passing for p in charged):     # else nothing to spare: no second run
-        again = rerun(fixed) if rerun else None
-        charged = judge_rl(want, again)[0] if again is not None else []
-        why = (f"the RL run differs from the reference's even with the reference's {', '.join(failed)} in place of "
-               f"yours (what it gave then is not shown: it ran the reference's code); it involves "
-               f"{', '.join(p for p in charged if p in passing)}")
     charged = [p for p in charged if p in passing]
+    if failed and charged:                                 # else nothing to spare: no second run
+        again = rerun(fixed) if rerun else None
+        charged = [p for p in judge_rl(want, again)[0] if p in passing] if again is not None else []
+        why = (f"the RL run differs from the reference's even with the reference's {', '.join(failed)} in place of "
+               f"yours (what it gave then is not shown: it ran the reference's code); it involves {', '.join(charged)}")
     for pid, _, fns, _ in PROBLEMS if len(charged) > 1 and rerun else ():
         again = rerun(fixed + fns) if pid in charged and fns else None
         if again is not None and not judge_rl(want, again)[0]:
@@ -772,8 +770,11 @@ INVOLVED = {"reward/mean": [], "adv/abs_mean_pre": ["group_advantages"],
             "logp/diff_abs_mean": ["logprobs", "update"], "entropy": ["logprobs", "update"],
             **{k: ["token_mean", "aggregate", "clip_bounds", "policy_loss", "logprobs", "update"]
                for k in ("loss/pg", "ratio/max", "grad_norm")}}
-RAN = {"reverse": ["focal_properties", *TRAINING], "reverse, class batch": ["focal_properties", *TRAINING],
-       "maze": ["focal_properties", *TRAINING, "maze_reward"]}
+RAN = ["focal_properties", *TRAINING]          # what a step runs; the maze's also maze_reward
+
+
+def ran_by(task):
+    return RAN + (["maze_reward"] if task == "maze" else [])
 
 
 def judge_rl(want, got):
@@ -781,11 +782,11 @@ def judge_rl(want, got):
     metric of the first step that differs from the reference's (within what another CPU changes), or a crash,
     costs the problems it involves; ([], None, []) when every step matches."""
     if not isinstance(got, dict) or not isinstance(got.get("steps"), list):
-        return TRAINING, "the RL run (harness.rl_run) gave no result", RAN["maze"]
+        return TRAINING, "the RL run (harness.rl_run) gave no result", ran_by("maze")
     for i, w in enumerate(want["steps"]):
         g = got["steps"][i] if i < len(got["steps"]) and isinstance(got["steps"][i], dict) else None
         first = i == 0 or want["steps"][i - 1]["task"] != w["task"]
-        ran = RAN.get(w["task"], RAN["maze"])
+        ran = ran_by(w["task"])
         if g is None:
             frames = [f for f in got["frames"] if isinstance(f, str)] if isinstance(got.get("frames"), list) else []
             names = {f.rsplit(".", 1)[1]: pid for pid, _, fns, _ in PROBLEMS for f in fns}
@@ -876,6 +877,15 @@ def check_run(root, run, steps, world=None, last=(), tie=False, **config):
 SANDBOX = {}       # main's args and bwrap, for the replays of --runs (a test's grading: the defaults below)
 
 
+def model_folder(root, model):
+    """The folder a run or an evaluation names as its model, resolved: None unless it is inside root, the folder
+    graded, and holds a model.safetensors."""
+    if not isinstance(model, str) or not model:
+        return None
+    d = (Path(root) / model).resolve()
+    return d if d.is_relative_to(Path(root).resolve()) and (d / "model.safetensors").is_file() else None
+
+
 def replayed(root, run, cfg, first):
     """[] when step 1 of the run, replayed in the sandbox with the graded files in root (those the run ran:
     ran_the_hand_in) from the run's own --model (harness.replay), logs what the run's first row says, within what
@@ -883,8 +893,8 @@ def replayed(root, run, cfg, first):
     no model."""
     args = SANDBOX.get("args") or argparse.Namespace(budget=300, timeout=60, import_timeout=120, memory_gb=8)
     bwrap = SANDBOX["bwrap"] if "bwrap" in SANDBOX else sandbox()[0]
-    model = (Path(root) / str(cfg.get("model", ""))).resolve()
-    if not (model.is_relative_to(Path(root).resolve()) and (model / "model.safetensors").is_file()):
+    model = model_folder(root, cfg.get("model"))
+    if model is None:
         return [f"{run}: its --model {cfg.get('model')!r} is no model folder in {root}: step 1 cannot be replayed"]
     files = [f for f in model.iterdir() if f.is_file() and not f.is_symlink()]
     if sum(f.stat().st_size for f in files) > 1 << 30:
@@ -932,8 +942,8 @@ def tied_to_model(root, what, model, size, mazes, samples, claimed, **sampling):
     if not (type(mazes) is int and 0 < mazes <= 1024 and type(samples) is int and samples > 0
             and isinstance(claimed, (int, float)) and 0 <= claimed <= 1):
         return [f"{what}: {mazes!r} mazes x {samples!r} samples, pass@1 {claimed!r}: no evaluation to tie"]
-    d = (Path(root) / model).resolve()
-    if not (d.is_relative_to(Path(root).resolve()) and (d / "model.safetensors").is_file()):
+    d = model_folder(root, model)
+    if d is None:
         return [f"{what}: no model at {model} (model.safetensors) to tie its evaluation to"]
     try:
         size = size or maze.checkpoint_size(d)

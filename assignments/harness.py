@@ -348,14 +348,19 @@ def pick(out, path):
 
 
 RANK_TIMEOUT = 30         # seconds a check on several ranks may take: a rank left waiting in a collective fails
-UNFINISHED = "RanksDidNotFinish"   # tried once more with twice the time (grade.py) before it counts
+UNFINISHED = "RanksDidNotFinish"   # tried once more with twice the time (more_time) before it counts
+RANK_TRIES = 4            # what the OS refuses on a loaded machine (a process, a thread, a socket) is tried again
+GRADER_FAILURE = "GraderFailure"   # an error of the grader's, never charged to the hand-in (grade.py: no total)
 
 
 def unfinished(result):
     """Did a check on several ranks run out of time (a rank left waiting, or a loaded machine)?"""
     return isinstance(result, dict) and str(result.get("error", "")).startswith(UNFINISHED)
-RANK_TRIES = 4            # what the OS refuses on a loaded machine (a process, a thread, a socket) is tried again
-GRADER_FAILURE = "GraderFailure"   # an error of the grader's, never charged to the hand-in (grade.py: no total)
+
+
+def more_time(check):
+    """The check once more, its ranks given twice RANK_TIMEOUT (one on a single rank as it is)."""
+    return {**check, "rank_timeout": 2 * RANK_TIMEOUT} if check.get("ranks") else check
 
 
 def run_ranks(modules, check, record):

@@ -485,7 +485,7 @@ def answer(all_checks, modules):
                 continue
             r, tables = harness.run_check(modules, c, record=True)
             if harness.unfinished(r):               # the reference's own ranks out of time: a loaded machine
-                r, tables = harness.run_check(modules, {**c, "rank_timeout": 2 * harness.RANK_TIMEOUT}, record=True)
+                r, tables = harness.run_check(modules, harness.more_time(c), record=True)
             if harness.unfinished(r) or str(r.get("error", "")).startswith(harness.GRADER_FAILURE):
                 raise RuntimeError(f"{harness.GRADER_FAILURE}: the reference's own check {pid}, {c['name']!r} did not "
                                    f"run ({r['error'][:200]}): never judged against that")
