@@ -843,7 +843,7 @@ def ran_the_hand_in(root, info, what):
 def check_run(root, run, steps, world=None, last=(), tie=False, **config):
     """train.py's out_dir: run.json's config has these values, it ran the hand-in's graded files,
     metrics.jsonl has every step 1..steps, every logged number finite, and the last line holds the
-    keys in `last`. tie (the CPU tier's maze runs): its first step replayed and its last evaluation
+    keys in `last`. tie (the CPU tier's maze runs): its first steps replayed and its last evaluation
     redone from its exported model agree with its log (replayed, tied_to_model)."""
     d = Path(root) / run
     info, err = read_json(d / "run.json")
@@ -868,7 +868,8 @@ def check_run(root, run, steps, world=None, last=(), tie=False, **config):
         wrong.append(f"{run}: the last step logged no {', '.join(missing)}")
     elif tie and not wrong:
         cfg = info["config"]
-        wrong += replayed(root, run, cfg, lines[0]) or tied_to_model(
+        first = [next(m for m in lines if m.get("step") == s) for s in range(1, min(REPLAY_STEPS, steps) + 1)]
+        wrong += replayed(root, run, cfg, first) or trained(root, run, cfg.get("model")) or tied_to_model(
             root, run, f"{run}/final", cfg.get("maze_size"), cfg.get("eval_mazes"), cfg.get("eval_samples"),
             lines[-1][PASSK[0]])
     return wrong
@@ -886,16 +887,20 @@ def model_folder(root, model):
     return d if d.is_relative_to(Path(root).resolve()) and (d / "model.safetensors").is_file() else None
 
 
+REPLAY_STEPS = 2   # a run's steps replayed: step 1's metrics are measured before its update, step 2's after it
+
+
 def replayed(root, run, cfg, first):
-    """[] when step 1 of the run, replayed in the sandbox with the graded files in root (those the run ran:
-    ran_the_hand_in) from the run's own --model (harness.replay), logs what the run's first row says, within what
-    another CPU changes (harness.RL_TOL's bound for later steps); else why. A script's numbers tie to no code and
-    no model."""
+    """[] when the run's first steps (its metrics.jsonl rows `first`), replayed in the sandbox with the graded files
+    in root (those the run ran: ran_the_hand_in) from the run's own --model (harness.replay), log what those rows
+    say, within what another CPU changes (harness.RL_TOL's bound for later steps); else why. A script's numbers tie
+    to no code and no model; a run whose update went another way than it goes in the grader (code that turns its
+    gradient where it is not graded) differs at step 2."""
     args = SANDBOX.get("args") or argparse.Namespace(budget=300, timeout=60, import_timeout=120, memory_gb=8)
     bwrap = SANDBOX["bwrap"] if "bwrap" in SANDBOX else sandbox()[0]
     model = model_folder(root, cfg.get("model"))
     if model is None:
-        return [f"{run}: its --model {cfg.get('model')!r} is no model folder in {root}: step 1 cannot be replayed"]
+        return [f"{run}: its --model {cfg.get('model')!r} is no model folder in {root}: no step can be replayed"]
     files = [f for f in model.iterdir() if f.is_file() and not f.is_symlink()]
     if sum(f.stat().st_size for f in files) > 1 << 30:
         return [f"{run}: its --model {cfg.get('model')!r} holds over 1 GiB: not the CPU tier's maze model"]
@@ -909,18 +914,30 @@ def replayed(root, run, cfg, first):
             shutil.copyfile(f, folder / ".grade" / "model" / f.name)
         for p in [folder / ".grade", *(folder / ".grade").rglob("*")]:
             p.chmod(p.stat().st_mode | (0o777 if p.is_dir() else 0o444))
-        got, why = run_child(folder, {pid: [{"call": "train.rl_step", "replay": cfg, "model": ".grade/model"}]},
-                             [pid], args, bwrap)
+        got, why = run_child(folder, {pid: [{"call": "train.rl_step", "replay": cfg, "model": ".grade/model",
+                                             "steps": len(first)}]}, [pid], args, bwrap)
     got = got.get(pid, [None])[0]
-    if not isinstance(got, dict) or "error" in got:
-        return [f"{run}: step 1 could not be replayed with the graded files in {root}: "
+    rows = got.get("rows") if isinstance(got, dict) else None
+    if not (isinstance(rows, list) and len(rows) == len(first) and all(isinstance(r, dict) for r in rows)):
+        return [f"{run}: its first steps could not be replayed with the graded files in {root}: "
                 + shown(str(got.get("error") if isinstance(got, dict) else why.get(pid, "no result")))]
     rel, tol = harness.RL_TOL[1]
-    off = [k for k in harness.RL_METRICS if isinstance(first.get(k), (int, float))
-           and not (isinstance(got.get(k), float) and math.isclose(got[k], first[k], rel_tol=rel, abs_tol=tol))]
-    if off:
-        return [f"{run}: step 1, replayed with the graded files in {root} from its --model, logs {off[0]} = "
-                f"{got.get(off[0])}, its metrics.jsonl {first[off[0]]}: that log is not a run of this code"]
+    for step, (mine, logged) in enumerate(zip(rows, first), 1):
+        off = [k for k in harness.RL_METRICS if isinstance(logged.get(k), (int, float)) and not
+               (isinstance(mine.get(k), float) and math.isclose(mine[k], logged[k], rel_tol=rel, abs_tol=tol))]
+        if off:
+            return [f"{run}: step {step}, replayed with the graded files in {root} from its --model, logs {off[0]} = "
+                    f"{mine.get(off[0])}, its metrics.jsonl {logged[off[0]]}: that log is not a run of this code"
+                    + (" as it runs here" if step > 1 else "")]
+    return []
+
+
+def trained(root, run, model):
+    """[] unless the run's exported final/ holds the very weights of the --model it started from (a run whose
+    steps were replayed, then its warm start copied as its result): else why."""
+    final, start = model_folder(root, f"{run}/final"), model_folder(root, model)
+    if final and start and file_sha256(final / "model.safetensors") == file_sha256(start / "model.safetensors"):
+        return [f"{run}: final/ holds the weights of its --model {model}: no step trained it"]
     return []
 
 

@@ -691,9 +691,11 @@ def swap_in(sources, functions, graded):
 
 
 def replay(modules, check):
-    """Step 1 of a hand-in's train.py run again, here in the sandbox: train.main with the run's run.json config
-    (check["replay"]), the run's model copied to check["model"], one step and no evaluation. Returns the metrics of
-    RL_METRICS that step logged, or the error: grade.py compares them with the run's own first row."""
+    """Steps 1 .. check["steps"] of a hand-in's train.py run again, here in the sandbox: train.main with the run's
+    run.json config (check["replay"]), the run's model copied to check["model"], no evaluation. Returns {"rows": the
+    metrics of RL_METRICS each step logged}, or the error: grade.py compares them with the run's own first rows.
+    Two steps: the first step's metrics are all measured before its update, so only the second shows the way the
+    update went (a gradient turned the wrong way outside the grader changes it, its norm does not)."""
     import dataclasses
     import json
     import tempfile
@@ -701,7 +703,7 @@ def replay(modules, check):
     fields = {f.name for f in dataclasses.fields(train.Config)}
     with tempfile.TemporaryDirectory() as tmp:
         kw = {k: v for k, v in check["replay"].items() if k in fields and k not in ("eval_samples", "eval_every")}
-        kw.update(model=check["model"], out_dir=os.path.join(tmp, "run"), steps=1, eval_mazes=0, resume=False,
+        kw.update(model=check["model"], out_dir=os.path.join(tmp, "run"), steps=check["steps"], eval_mazes=0, resume=False,
                   wandb=False, device="cpu", threads=1)
         try:
             train.main(train.Config(**kw))
@@ -712,10 +714,10 @@ def replay(modules, check):
             return {"error": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300]}
         try:
             with open(os.path.join(tmp, "run", "metrics.jsonl")) as f:
-                row = json.loads(f.readline())
+                rows = [json.loads(line) for line in f.read().splitlines()[:check["steps"]]]
         except (OSError, ValueError):
             return {"error": "train.py logged no step"}
-    return {k: float(row[k]) for k in RL_METRICS if isinstance(row.get(k), (int, float))}
+    return {"rows": [{k: float(row[k]) for k in RL_METRICS if isinstance(row.get(k), (int, float))} for row in rows]}
 
 
 def graded_modules():

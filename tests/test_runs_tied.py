@@ -1,7 +1,8 @@
 """
 grade.py --runs gives experiment points only to runs it can tie to the code handed in and to a model: a class run's
-first step is replayed in the sandbox with the graded files from the run's own --model (harness.replay), and its last
-evaluation, like an evaluate.py maze result, is redone from the model it names (grade.tied_to_model).
+first two steps are replayed in the sandbox with the graded files from the run's own --model (harness.replay), its
+final/ must not be that --model, and its last evaluation, like an evaluate.py maze result, is redone from the model it
+names (grade.tied_to_model).
 
     python -m pytest -q tests/test_runs_tied.py
 
@@ -9,6 +10,7 @@ Withheld from the student copy (it trains with the graded functions, which a fre
 """
 import json
 import shutil
+import subprocess
 import sys
 
 import pytest
@@ -25,16 +27,30 @@ FLAGS = ["--task", "maze", "--model", "out/sft", "--device", "cpu", "--threads",
 
 @pytest.fixture(scope="module")
 def hand_in(tmp_path_factory):
+    return student(tmp_path_factory.mktemp("tied") / "alice")
+
+
+def student(root, edit=None):
     """A folder as a student's: the graded files handed in, a maze policy at out/sft (random: a run's numbers are
     then its entropy and log-probs, which tie it as well as rewards would), and a train.py run from it in out/run."""
     import maze
-    root = tmp_path_factory.mktemp("tied") / "alice"
-    for rel in GRADED_FILES:
-        (root / rel).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(ROOT / rel, root / rel)
+    if edit is None:
+        for rel in GRADED_FILES:
+            (root / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(ROOT / rel, root / rel)
+        program = ROOT / "train.py"
+    else:                                       # the whole release, train.py edited, run as the student runs it
+        root.mkdir(parents=True)
+        tar = subprocess.run(["git", "archive", "HEAD"], cwd=ROOT, capture_output=True, check=True).stdout
+        subprocess.run(["tar", "-x", "-C", str(root)], input=tar, check=True)
+        old, new = edit
+        text = (root / "train.py").read_text()
+        assert text.count(old) == 1, f"train.py no longer has the line {old!r}"
+        (root / "train.py").write_text(text.replace(old, new))
+        program = root / "train.py"
     torch.manual_seed(0)
     maze.save_sft(maze.build_model(), maze.build_tokenizer(), root / "out" / "sft", {"config": {"size": 7}})
-    r = launch.run([sys.executable, str(ROOT / "train.py"), *FLAGS], cwd=root, env=ENV, capture_output=True,
+    r = launch.run([sys.executable, str(program), *FLAGS], cwd=root, env=ENV, capture_output=True,
                    text=True, timeout=900)
     assert r.returncode == 0, r.stderr[-3000:]
     return root
@@ -67,6 +83,9 @@ def test_a_run_is_tied_to_its_code_and_model_and_a_scripts_log_is_not(hand_in, t
     (run / "metrics.jsonl").write_text(whole)
     shutil.rmtree(run / "final")
     assert any("no model at out/run/final" in w for w in check(root)), check(root)
+    shutil.copytree(root / "out" / "sft", run / "final")                    # the warm start as the run's result
+    assert any("final/ holds the weights of its --model out/sft" in w for w in check(root)), check(root)
+    shutil.rmtree(run / "final")
     shutil.rmtree(root / "out" / "sft")
     assert any("is no model folder" in w for w in check(root)), check(root)
     info = json.loads((run / "run.json").read_text())
@@ -86,3 +105,14 @@ def test_a_maze_evaluation_is_tied_to_the_model_it_names(hand_in, tmp_path):
     assert "gives 0.000" in write([4] * 16, model="out/sft")[0]
     assert "names no --model" in write([0] * 16)[0]
     assert "integer" in write([0.5] * 16, model="out/sft")[0]
+
+
+def test_a_run_whose_update_went_another_way_outside_the_grader_is_refused(tmp_path):
+    """Code that turns its gradient the wrong way unless the grader runs it (here: unless the program is
+    harness.py) trains the student's own runs the wrong way. Its first step logs exactly what the grader's replay
+    logs: every metric of a step is measured before that step's update (the gradient's norm does not change with
+    its sign). Before, only that step was replayed and the run kept its points; the second step shows the way."""
+    root = student(tmp_path / "dave", ("        (loss * world).backward()",
+                                       '        (loss * world * (1 if "harness" in sys.argv[0] else -1)).backward()'))
+    problems = check(root)
+    assert any("step 2, replayed" in w and "as it runs here" in w for w in problems), problems
