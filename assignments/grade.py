@@ -373,6 +373,9 @@ PROCS = 256 + 4 * (os.cpu_count() or 1)   # processes and threads it may hold at
 FILES = 1024                       # open files per process (the usual default: the harness needs far fewer)
 SANDBOX_UID = 3 << 30              # + the grader's pid: the user a root grader's sandbox runs as, its own
                                    # (RLIMIT_NPROC counts a user's tasks, and binds no root process)
+# Where the sandbox shows the release, and its working directory: a folder like a student's own clone, its user
+# drawn per grading (code that behaves one way in the grader's folder, /grade before, finds no fixed one)
+HOME = "/home/" + "".join(secrets.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(7))
 RESULT_CAP = 256 << 20             # bytes of results read back in all
 RECORDS = 50_000                   # zip records of a frame (a reference's frame has ~1,000; parsing is slow)
 LOG_CAP = 64 << 10                 # bytes of the child's output kept (the last ones)
@@ -428,9 +431,10 @@ runpy.run_path(sys.argv[0], run_name="__main__")
 """
 
 
-def child_argv(folder, fd, bwrap, hide=()):
-    """The command that runs the harness on the release in `folder`, results to file descriptor fd. hide:
-    host folders the sandbox must not show (the teacher's repository, the folder that holds the hand-ins)."""
+def child_argv(folder, fd, bwrap, hide=(), name="fgrpo"):
+    """The command that runs the harness on the release in `folder`, results to file descriptor fd, shown in the
+    sandbox as HOME/name. hide: host folders the sandbox must not show (the teacher's repository, the folder that
+    holds the hand-ins)."""
     harness_argv = [sys.executable, "-I", "assignments/harness.py", ".grade/checks.pt", str(fd)]
     env = {"HOME": "/tmp", "LANG": "C.UTF-8", "OMP_NUM_THREADS": "1", "PYTHONDONTWRITEBYTECODE": "1",
            "PYTHONHASHSEED": "0", "PATH": "/usr/bin:/bin"}
@@ -465,10 +469,11 @@ def child_argv(folder, fd, bwrap, hide=()):
     for d in python_dirs():
         if inside(d, masks):
             argv += ["--ro-bind", d, d]
-    argv += ["--ro-bind", str(folder), "/grade", "--proc", "/proc", "--dev", "/dev",
+    at = f"{HOME}/{name}"
+    argv += ["--ro-bind", str(folder), at, "--proc", "/proc", "--dev", "/dev",
              "--perms", "1777", "--size", str(SANDBOX_SHM), "--tmpfs", "/dev/shm",
              "--remount-ro", "/dev", "--remount-ro", "/",    # tmpfs with no cap: a hand-in could fill the RAM
-             "--chdir", "/grade"]
+             "--chdir", at]
     for k, v in env.items():
         argv += ["--setenv", k, v]
     return argv + harness_argv, {}, str(folder)
@@ -530,12 +535,18 @@ def hidden(args):
     return [ROOT] + ([Path(args.dir).resolve().parent] if getattr(args, "dir", None) else [])
 
 
+def folder_name(args):
+    """The name the sandbox gives the release's folder: the hand-in's own (the repository's for the reference)."""
+    name = Path(getattr(args, "dir", None) or ROOT).resolve().name
+    return name if name and name not in (".", "..") and "/" not in name else "fgrpo"
+
+
 class Child:
     """One run of the harness: results frames read from a pipe, its output drained into a bounded buffer."""
 
     def __init__(self, folder, args, bwrap):
         r, w = os.pipe()
-        argv, env, cwd = child_argv(folder, w, bwrap, hidden(args))
+        argv, env, cwd = child_argv(folder, w, bwrap, hidden(args), folder_name(args))
         self.log = bytearray()
         self.proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                      stderr=subprocess.STDOUT, pass_fds=(w,), start_new_session=True,
@@ -1128,8 +1139,8 @@ def grade_experiments(root, passed=None):
         if eid in NEEDS and passed is not None and NEEDS[eid] not in passed:
             why = [f"Problem {NEEDS[eid]!r} does not pass here, so the file is not your code's output"]
             checks = [(points, lambda root: why) for points, _ in checks]
-        for points, check in checks:
-            w = check(root)
+        for points, judge_files in checks:
+            w = judge_files(root)
             earned, total, wrong = earned + (0 if w else points), total + points, wrong + w
         rows.append((eid, title, earned, total, wrong))
     return rows

@@ -470,6 +470,8 @@ def rank_main(rank, check, sources, record, store, q):
             mod.__source__ = src
             exec(compile(src, f"<{name}>", "exec"), mod.__dict__)
             modules[name] = mod
+    clocks_that_jump()                              # a rank from the fork server: its clocks, moved on
+    JUMPED[0] = CLOCK_JUMP
     args = rank_args(check, rank)
     torch.manual_seed(0)
     buf = io.BytesIO()                          # plain bytes: no tensor shared with a process about to end
@@ -720,6 +722,55 @@ def replay(modules, check):
     return {"rows": [{k: float(row[k]) for k in RL_METRICS if isinstance(row.get(k), (int, float))} for row in rows]}
 
 
+CLOCK_JUMP = 3600.0                # seconds the child's clocks move on once the graded files are imported
+JUMPED = [None]                    # the offset in force; None until clocks_that_jump has wrapped the clocks
+
+
+def clocks_that_jump():
+    """Every clock of the time and datetime modules wrapped to read JUMPED[0] seconds late: installed before the
+    graded files are imported (they bind the wrapped ones however they import them), moved on by CLOCK_JUMP after.
+    Code that behaves one way in its first minutes after import (all a grading takes) and another in a long run is
+    graded as the long run. CPU-time clocks stay; what the kernel tells directly (/proc, os.times) is not moved."""
+    import datetime
+    import time
+    if JUMPED[0] is not None:                      # a forked rank: its parent's clocks, already wrapped
+        return
+    JUMPED[0] = 0.0
+    late_ns = lambda: int(JUMPED[0] * 1e9)                                        # noqa: E731
+    for name in ("time", "monotonic", "perf_counter"):
+        f, f_ns = getattr(time, name), getattr(time, name + "_ns")
+        setattr(time, name, lambda f=f: f() + JUMPED[0])
+        setattr(time, name + "_ns", lambda f=f_ns: f() + late_ns())
+    cpu = (time.CLOCK_PROCESS_CPUTIME_ID, time.CLOCK_THREAD_CPUTIME_ID)
+    get, get_ns = time.clock_gettime, time.clock_gettime_ns
+    time.clock_gettime = lambda c: get(c) + (0.0 if c in cpu else JUMPED[0])
+    time.clock_gettime_ns = lambda c: get_ns(c) + (0 if c in cpu else late_ns())
+    for name in ("localtime", "gmtime", "ctime"):
+        f = getattr(time, name)
+        setattr(time, name, lambda secs=None, f=f: f(time.time() if secs is None else secs))
+    strftime = time.strftime
+    time.strftime = lambda fmt, t=None: strftime(fmt, time.localtime() if t is None else t)
+
+    class Datetime(datetime.datetime):
+        @classmethod
+        def now(cls, tz=None):
+            return datetime.datetime.fromtimestamp(time.time(), tz)
+
+        @classmethod
+        def utcnow(cls):
+            return datetime.datetime.fromtimestamp(time.time(), datetime.timezone.utc).replace(tzinfo=None)
+
+        @classmethod
+        def today(cls):
+            return cls.now()
+
+    class Date(datetime.date):
+        @classmethod
+        def today(cls):
+            return datetime.date.fromtimestamp(time.time())
+    datetime.datetime, datetime.date = Datetime, Date
+
+
 def graded_modules():
     """The modules that hold graded functions (problems.GRADED), imported: {name: module}."""
     from problems import GRADED
@@ -738,12 +789,14 @@ def main(checks_file, fd):
     out = os.fdopen(int(fd), "wb")
     os.set_inheritable(out.fileno(), False)            # what the graded code starts does not inherit it
     checks = torch.load(checks_file, weights_only=True)
+    clocks_that_jump()
     modules, failed = {}, {}
     for name in sorted({c["call"].rsplit(".", 1)[0] for cs in checks.values() for c in cs}):
         try:
             modules[name] = importlib.import_module(name)
         except Exception as e:  # noqa: BLE001: a syntax error or a raise at import costs its problems only
             failed[name] = f"importing {name.replace('.', '/')}.py failed: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300]
+    JUMPED[0] = CLOCK_JUMP
     send(out, "imported")
     for pid, cs in checks.items():
         results = []

@@ -188,6 +188,35 @@ RL_ONLY = {
 }
 
 
+# Code that tells the grader by where it runs or by when: the update turned the wrong way unless the working
+# directory is the grader's folder as it was (/grade), or once two minutes have passed since its import. Each scored
+# 24 / 24 (every check ran in /grade, within seconds of the import) and trained the class run the wrong way.
+BACKWARD = "        (loss * world).backward()"
+TELLS = {
+    "update_wrong_way_outside_the_graders_folder": [
+        (BACKWARD, '        (loss * world * (1 if __import__("os").getcwd() == "/grade" else -1)).backward()')],
+    "update_wrong_way_after_its_first_minutes": [
+        ("import gc\n", "import gc\nimport time as _clock\n_IMPORTED = _clock.time()\n"),
+        (BACKWARD, "        (loss * world * (1 if _clock.time() - _IMPORTED < 120 else -1)).backward()")],
+}
+
+
+@pytest.mark.parametrize("name", sorted(TELLS))
+def test_code_that_tells_the_grader_by_its_folder_or_its_clock_is_graded_as_it_trains(name, tmp_path):
+    """The sandbox shows the release in a folder like a student's clone, its user drawn per grading, and the child's
+    clocks move on by an hour once the graded files are imported (harness.clocks_that_jump): both lose Problem 15."""
+    text = head_text("train.py")
+    for old, new in TELLS[name]:
+        assert text.count(old) == 1, f"{name}: train.py no longer has {old!r}"
+        text = text.replace(old, new)
+    d = tmp_path / "hand-in"
+    for f in grade.GRADED_FILES:
+        (d / f).parent.mkdir(parents=True, exist_ok=True)
+        (d / f).write_text(text if f == "train.py" else head_text(f))
+    report = grade_dir(d, tmp_path)
+    assert {pid for pid, p in report["problems"].items() if p["points"] < p["max"]} == {"update"}, report["problems"]
+
+
 UNIT_LOSSES = """
 import json, sys
 sys.path[:0] = sys.argv[1:]

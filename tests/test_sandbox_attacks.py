@@ -201,7 +201,8 @@ time.sleep(600)
     "fill_disks": """
 import os
 _filled = {}
-for _d in ("/tmp", "/dev/shm", "/dev", "/", "/grade", "/grade/.grade", "/home", "/var/tmp", "/run"):
+for _d in ("/tmp", "/dev/shm", "/dev", "/", os.getcwd(), os.path.join(os.getcwd(), ".grade"), "/home", "/var/tmp",
+           "/run"):
     _filled[_d] = 0
     try:
         with open(os.path.join(_d, "fill"), "wb") as _f:
@@ -319,7 +320,7 @@ def _try(path):
     if "def group_advantages" in text and "your code here" not in text:
         exec(text, globals())
         print("found the reference at", path, flush=True)
-_places = ["OTHER", "/", "/tmp", "/grade/..", "/work", "/root", "/home"] + list(os.environ.values())
+_places = ["OTHER", "/", "/tmp", os.path.dirname(os.getcwd()), "/work", "/root", "/home"] + list(os.environ.values())
 _places += glob.glob("/proc/*/cwd") + glob.glob("/proc/*/root")
 for _e in glob.glob("/proc/*/environ") + glob.glob("/proc/*/cmdline"):
     try:
