@@ -470,7 +470,8 @@ def child_argv(folder, fd, bwrap, hide=(), name="fgrpo"):
         if inside(d, masks):
             argv += ["--ro-bind", d, d]
     at = f"{HOME}/{name}"
-    argv += ["--ro-bind", str(folder), at, "--proc", "/proc", "--dev", "/dev",
+    argv += ["--perms", "0755", "--dir", "/home", "--perms", "0755", "--dir", HOME,
+             "--ro-bind", str(folder), at, "--proc", "/proc", "--dev", "/dev",
              "--perms", "1777", "--size", str(SANDBOX_SHM), "--tmpfs", "/dev/shm",
              "--remount-ro", "/dev", "--remount-ro", "/",    # tmpfs with no cap: a hand-in could fill the RAM
              "--chdir", at]
