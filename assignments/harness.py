@@ -705,8 +705,8 @@ def replay(modules, check):
     fields = {f.name for f in dataclasses.fields(train.Config)}
     with tempfile.TemporaryDirectory() as tmp:
         kw = {k: v for k, v in check["replay"].items() if k in fields and k not in ("eval_samples", "eval_every")}
-        kw.update(model=check["model"], out_dir=os.path.join(tmp, "run"), steps=check["steps"], eval_mazes=0, resume=False,
-                  wandb=False, device="cpu", threads=1)
+        kw.update(model=check["model"], out_dir=os.path.join(tmp, "run"), steps=check["steps"], eval_mazes=0,
+                  resume=False, wandb=False, device="cpu", threads=1)
         try:
             train.main(train.Config(**kw))
         except SystemExit as e:             # train.py's one-line refusals and errors (a full /tmp comes after

@@ -2,7 +2,7 @@
 Measure the handout's CPU tier in a student copy, as a student runs it: a fresh copy with the reference's
 graded files in place, the commands of E1, E2 and E3 taken verbatim from assignments/HANDOUT.md and timed
 one statement at a time, then a teacher's grading of that copy (hidden checks of --seed), and again with
---runs (E1-E3 checked: each E3 run's first step replayed, its last evaluation redone from its model). Writes
+--runs (E1-E3 checked: each E3 run's first two steps replayed, its last evaluation redone from its model). Writes
 --out (results/course/cpu_tier.json): the figures HANDOUT.md states, which tests/test_assignments.py holds it to.
 
     python bench/handout_cpu_tier.py            # about 14 minutes on 2 idle cores; nothing else running
@@ -92,7 +92,7 @@ def main(args):
             seconds[name] = run_timed(cmd, copy, env)
         grade = f"{sys.executable} {ROOT / 'assignments' / 'grade.py'} {copy} --seed {args.seed}"
         seconds["grading a correct hand-in"] = run_timed(grade, ROOT, env)
-        # --runs: each E3 run's first step replayed and its last evaluation redone from its model (grade.check_run)
+        # --runs: each E3 run's first two steps replayed and its last evaluation redone from its model (grade.check_run)
         seconds["grading it with --runs (E1-E3)"] = run_timed(f"{grade} --runs {copy} --json {tmp}/g.json", ROOT, env)
         report = json.loads((Path(tmp) / "g.json").read_text())
         result = {"written_by": "bench/handout_cpu_tier.py", "date": time.strftime("%Y-%m-%d"),
