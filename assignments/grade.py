@@ -375,7 +375,7 @@ SANDBOX_UID = 3 << 30              # + the grader's pid: the user a root grader'
                                    # (RLIMIT_NPROC counts a user's tasks, and binds no root process)
 # Where the sandbox shows the release, and its working directory: a folder like a student's own clone, its user
 # drawn per grading (code that behaves one way in the grader's folder, /grade before, finds no fixed one)
-HOME = "/home/" + "".join(secrets.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(7))
+SANDBOX_HOME = "/home/" + "".join(secrets.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(7))
 RESULT_CAP = 256 << 20             # bytes of results read back in all
 RECORDS = 50_000                   # zip records of a frame (a reference's frame has ~1,000; parsing is slow)
 LOG_CAP = 64 << 10                 # bytes of the child's output kept (the last ones)
@@ -433,8 +433,8 @@ runpy.run_path(sys.argv[0], run_name="__main__")
 
 def child_argv(folder, fd, bwrap, hide=(), name="fgrpo"):
     """The command that runs the harness on the release in `folder`, results to file descriptor fd, shown in the
-    sandbox as HOME/name. hide: host folders the sandbox must not show (the teacher's repository, the folder that
-    holds the hand-ins)."""
+    sandbox as SANDBOX_HOME/name. hide: host folders the sandbox must not show (the teacher's repository, the
+    folder that holds the hand-ins)."""
     harness_argv = [sys.executable, "-I", "assignments/harness.py", ".grade/checks.pt", str(fd)]
     env = {"HOME": "/tmp", "LANG": "C.UTF-8", "OMP_NUM_THREADS": "1", "PYTHONDONTWRITEBYTECODE": "1",
            "PYTHONHASHSEED": "0", "PATH": "/usr/bin:/bin"}
@@ -469,8 +469,8 @@ def child_argv(folder, fd, bwrap, hide=(), name="fgrpo"):
     for d in python_dirs():
         if inside(d, masks):
             argv += ["--ro-bind", d, d]
-    at = f"{HOME}/{name}"
-    argv += ["--perms", "0755", "--dir", "/home", "--perms", "0755", "--dir", HOME,
+    at = f"{SANDBOX_HOME}/{name}"
+    argv += ["--perms", "0755", "--dir", "/home", "--perms", "0755", "--dir", SANDBOX_HOME,
              "--ro-bind", str(folder), at, "--proc", "/proc", "--dev", "/dev",
              "--perms", "1777", "--size", str(SANDBOX_SHM), "--tmpfs", "/dev/shm",
              "--remount-ro", "/dev", "--remount-ro", "/",    # tmpfs with no cap: a hand-in could fill the RAM
