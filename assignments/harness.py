@@ -576,6 +576,9 @@ def run_check(modules, check, record=False):
             torch.distributed.destroy_process_group()
 
 
+EQUAL = torch.equal    # bound before any graded file is imported: one that replaces torch.equal decides nothing here
+
+
 class Frozen:
     """Watches a model that must stay frozen through a call (GRPO-KL's reference): whether any of its
     modules' outputs required grad (a forward that built a graph), whether any parameter got a .grad,
@@ -591,7 +594,7 @@ class Frozen:
 
     def report(self):
         return {"graph": self.graph, "grad": any(p.grad is not None for p in self.model.parameters()),
-                "moved": not all(torch.equal(p.detach(), b) for p, b in zip(self.model.parameters(), self.before))}
+                "moved": not all(EQUAL(p.detach(), b) for p, b in zip(self.model.parameters(), self.before))}
 
     def remove(self):
         for h in self.hooks:

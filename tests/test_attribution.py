@@ -201,10 +201,20 @@ TELLS = {
 }
 
 
+# The reference model moved after its last use in the update, and torch.equal replaced at import so that the check
+# of its weights (harness.Frozen, in the child) saw nothing: 24 / 24 before the harness bound torch.equal first.
+RATIO_MAX = '    ratio_max = sums.pop("ratio/max")\n'
+TELLS["update_moves_the_reference_behind_a_replaced_torch_equal"] = [
+    ("import torch\n", "import torch\ntorch.equal = lambda *a, **k: True\n"),
+    (RATIO_MAX, "    with torch.no_grad():\n        [p.add_(1e-3) for p in (ref_model.parameters() if ref_model is not None "
+                "else [])]\n" + RATIO_MAX)]
+
+
 @pytest.mark.parametrize("name", sorted(TELLS))
 def test_code_that_tells_the_grader_by_its_folder_or_its_clock_is_graded_as_it_trains(name, tmp_path):
-    """The sandbox shows the release in a folder like a student's clone, its user drawn per grading, and the child's
-    clocks move on by an hour once the graded files are imported (harness.clocks_that_jump): both lose Problem 15."""
+    """The sandbox shows the release in a folder like a student's clone, its user drawn per grading, the child's
+    clocks move on by an hour once the graded files are imported (harness.clocks_that_jump), and the reference's
+    weights are compared with the torch.equal of before the import (harness.EQUAL): each loses Problem 15."""
     text = head_text("train.py")
     for old, new in TELLS[name]:
         assert text.count(old) == 1, f"{name}: train.py no longer has {old!r}"
