@@ -538,8 +538,7 @@ def hidden(args):
 
 def folder_name(args):
     """The name the sandbox gives the release's folder: the hand-in's own (the repository's for the reference)."""
-    name = Path(getattr(args, "dir", None) or ROOT).resolve().name
-    return name if name and name not in (".", "..") and "/" not in name else "fgrpo"
+    return Path(getattr(args, "dir", None) or ROOT).resolve().name or "fgrpo"     # "" only for /
 
 
 class Child:

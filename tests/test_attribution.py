@@ -106,17 +106,29 @@ def test_a_mistake_only_the_run_shows_is_charged_beside_one_the_checks_catch(pub
     assert asked[0] == [f for p, _, fns, _ in PROBLEMS if p in grade.CHAIN for f in fns], focal
 
 
+def hand_in(d, rel, text):
+    """Folder d as a hand-in: the committed graded files, with `text` as rel."""
+    for f in grade.GRADED_FILES:
+        (d / f).parent.mkdir(parents=True, exist_ok=True)
+        (d / f).write_text(text if f == rel else head_text(f))
+    return d
+
+
+def edited(name, rel, edits):
+    """rel as committed with each (old, new) of edits made, each old found exactly once."""
+    text = head_text(rel)
+    for old, new in edits:
+        assert text.count(old) == 1, f"{name}: {rel} no longer has {old!r}"
+        text = text.replace(old, new)
+    return text
+
+
 @pytest.mark.parametrize("name", ["update_entropy_metric_over_padding"])
 def test_grade_py_charges_a_metric_only_mistake_its_own_problem(name, tmp_path):
     """End to end, through the sandboxed child and its second RL run: a wrong entropy metric costs Problem 15's
     3 points and nothing else (before: Problem 13's 2 as well)."""
     module, text = wrong_texts()[name]
-    d = tmp_path / "hand-in"
-    rel = module.replace(".", "/") + ".py"
-    for f in grade.GRADED_FILES:
-        (d / f).parent.mkdir(parents=True, exist_ok=True)
-        (d / f).write_text(text if f == rel else head_text(f))
-    report = grade_dir(d, tmp_path)
+    report = grade_dir(hand_in(tmp_path / "hand-in", module.replace(".", "/") + ".py", text), tmp_path)
     lost = {pid for pid, p in report["problems"].items() if p["points"] < p["max"]}
     assert lost == LOSES[name], report["problems"]
     assert report["total"][0] == report["total"][1] - sum(p for pid, p, *_ in PROBLEMS if pid in LOSES[name])
@@ -188,42 +200,32 @@ RL_ONLY = {
 }
 
 
-# Code that tells the grader by where it runs or by when: the update turned the wrong way unless the working
-# directory is the grader's folder as it was (/grade), or once two minutes have passed since its import. Each scored
-# 24 / 24 (every check ran in /grade, within seconds of the import) and trained the class run the wrong way.
+# Code that knows when it is graded, each 24 / 24 before and training the class run the wrong way: the update turned
+# the wrong way unless the working directory is the grader's folder as it was (/grade), or once two minutes have
+# passed since its import (every check ran in /grade, within seconds of the import); the reference model moved after
+# its last use in the update, torch.equal replaced at import so that the check of its weights (harness.Frozen, in
+# the child) saw nothing.
 BACKWARD = "        (loss * world).backward()"
+RATIO_MAX = '    ratio_max = sums.pop("ratio/max")\n'
 TELLS = {
     "update_wrong_way_outside_the_graders_folder": [
         (BACKWARD, '        (loss * world * (1 if __import__("os").getcwd() == "/grade" else -1)).backward()')],
     "update_wrong_way_after_its_first_minutes": [
         ("import gc\n", "import gc\nimport time as _clock\n_IMPORTED = _clock.time()\n"),
         (BACKWARD, "        (loss * world * (1 if _clock.time() - _IMPORTED < 120 else -1)).backward()")],
+    "update_moves_the_reference_behind_a_replaced_torch_equal": [
+        ("import torch\n", "import torch\ntorch.equal = lambda *a, **k: True\n"),
+        (RATIO_MAX, "    with torch.no_grad():\n        [p.add_(1e-3) for p in (ref_model.parameters() if ref_model is not "
+                    "None else [])]\n" + RATIO_MAX)],
 }
 
 
-# The reference model moved after its last use in the update, and torch.equal replaced at import so that the check
-# of its weights (harness.Frozen, in the child) saw nothing: 24 / 24 before the harness bound torch.equal first.
-RATIO_MAX = '    ratio_max = sums.pop("ratio/max")\n'
-TELLS["update_moves_the_reference_behind_a_replaced_torch_equal"] = [
-    ("import torch\n", "import torch\ntorch.equal = lambda *a, **k: True\n"),
-    (RATIO_MAX, "    with torch.no_grad():\n        [p.add_(1e-3) for p in (ref_model.parameters() if ref_model is not None "
-                "else [])]\n" + RATIO_MAX)]
-
-
 @pytest.mark.parametrize("name", sorted(TELLS))
-def test_code_that_tells_the_grader_by_its_folder_or_its_clock_is_graded_as_it_trains(name, tmp_path):
+def test_code_that_knows_when_it_is_graded_is_graded_as_it_trains(name, tmp_path):
     """The sandbox shows the release in a folder like a student's clone, its user drawn per grading, the child's
     clocks move on by an hour once the graded files are imported (harness.clocks_that_jump), and the reference's
     weights are compared with the torch.equal of before the import (harness.EQUAL): each loses Problem 15."""
-    text = head_text("train.py")
-    for old, new in TELLS[name]:
-        assert text.count(old) == 1, f"{name}: train.py no longer has {old!r}"
-        text = text.replace(old, new)
-    d = tmp_path / "hand-in"
-    for f in grade.GRADED_FILES:
-        (d / f).parent.mkdir(parents=True, exist_ok=True)
-        (d / f).write_text(text if f == "train.py" else head_text(f))
-    report = grade_dir(d, tmp_path)
+    report = grade_dir(hand_in(tmp_path / "hand-in", "train.py", edited(name, "train.py", TELLS[name])), tmp_path)
     assert {pid for pid, p in report["problems"].items() if p["points"] < p["max"]} == {"update"}, report["problems"]
 
 
@@ -253,9 +255,7 @@ def unit_losses(module, text):
 @pytest.mark.parametrize("name", sorted(RL_ONLY))
 def test_a_mistake_only_the_rl_run_shows_costs_its_problem(public_rl, name):
     rel, old, new, loses = RL_ONLY[name]
-    ref = head_text(rel)
-    assert ref.count(old) == 1, f"{name}: {rel} no longer has the line {old!r}"
-    module, text = rel.removesuffix(".py").replace("/", "."), ref.replace(old, new)
+    module, text = rel.removesuffix(".py").replace("/", "."), edited(name, rel, [(old, new)])
     assert unit_losses(module, text) == []                         # every check of its own problem misses it
     check, want = public_rl
     got = rl_run(module, text, check["seed"])
