@@ -33,6 +33,7 @@ with the release's own stubs in place too (a loaded machine) it prints `could no
 nothing and exits 3.
 """
 import argparse
+import functools
 import io
 import json
 import math
@@ -104,9 +105,11 @@ def all_checks(seed):
             if not str(e).startswith(harness.GRADER_FAILURE):
                 raise
             raise GraderFailure(str(e)) from None
-        for pid in checks:
-            checks[pid] = hidden[pid] if pid == harness.RL else checks[pid] + hidden[pid]
-            results[pid] = answers[pid] if pid == harness.RL else results[pid] + answers[pid]
+        for pid in checks:                  # a peak check measures sizes, not values: the public one is enough
+            keep = [i for i, c in enumerate(hidden[pid]) if not c.get("peak")]
+            mine = ([], []) if pid == harness.RL else (checks[pid], results[pid])
+            checks[pid] = mine[0] + [hidden[pid][i] for i in keep]
+            results[pid] = mine[1] + [answers[pid][i] for i in keep]
     return checks, results
 
 
@@ -174,6 +177,8 @@ def judge(c, want, got, results, i):
     atol, rtol = c.get("atol", 1e-7), c.get("rtol", 1e-6)
     if not isinstance(got, dict):
         return f"{what}: no result"
+    if c.get("peak"):
+        return peak_verdict(c, got, what)
     if "error" in want:
         name = want["error"].split(":")[0]
         return None if str(got.get("error", "")).startswith(name) else \
@@ -604,25 +609,34 @@ class Child:
 
     def stop(self, ending=False):
         """Kill the child and everything it started (the sandbox's PID namespace ends with it), then wait.
-        ending: it closed the results pipe, so give it a few seconds to print its last words first."""
-        try:
-            self.proc.wait(10 if ending else 0.01)
-        except subprocess.TimeoutExpired:
-            pass
-        if self.proc.poll() is None:
+        ending: it is done, so give it a few seconds to end by itself (its last words, its memory's count)."""
+        end = time.monotonic() + (10 if ending else 0.01)
+        while not self.reaped(os.WNOHANG) and time.monotonic() < end:
+            time.sleep(0.02)
+        if self.proc.returncode is None:
             try:
                 os.killpg(self.proc.pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-        self.proc.wait()
+            self.reaped(0)
         self.drainer.join(10)                          # the output left in the pipe, for tail()
         self.results.close()
 
+    def reaped(self, flags):
+        """Has the child ended (wait4, not Popen.wait: self.usage, the kernel's count of what it and every
+        process it waited for used, comes with it: ru_maxrss, the most resident memory one held, KiB)?"""
+        if self.proc.returncode is None:
+            pid, status, usage = os.wait4(self.proc.pid, flags)
+            if pid:
+                self.proc.returncode, self.usage = os.waitstatus_to_exitcode(status), usage
+        return self.proc.returncode is not None
 
-def run_child(folder, checks, todo, args, bwrap):
+
+def run_child(folder, checks, todo, args, bwrap, usage=None):
     """Run the checks of the problems in `todo` in sandboxed children, within --budget seconds in all.
-    Returns ({problem: [result]}, {problem: why it has no results})."""
-    results, why, todo, slow = {}, {}, list(todo), set()
+    Returns ({problem: [result]}, {problem: why it has no results}). usage: a list, to which the last
+    child's resource usage (Child.reaped) is appended once it has ended by itself or been stopped."""
+    results, why, todo, slow, child = {}, {}, list(todo), set(), None
     deadline = time.monotonic() + args.budget
     while todo:
         torch.save({pid: checks[pid] for pid in todo}, folder / ".grade" / "checks.pt")
@@ -655,8 +669,19 @@ def run_child(folder, checks, todo, args, bwrap):
                         "a frame that is not its results")
             todo.pop(0)
             break                                           # a fresh child for the rest
-        child.stop()
+        child.stop(ending=usage is not None and not todo)
+    if usage is not None and child is not None:
+        usage.append(child.usage)
     return results, why
+
+
+def peak_rss(folder, pid, c, args, bwrap):
+    """Check c of problem pid alone in a fresh sandboxed child, waited for to its end: the most resident memory
+    one of its processes held, in bytes, as the kernel counts it (the sandbox's wait4 ru_maxrss takes the max
+    over every process it waited for). No code in the child can lower it. None if it gave no result."""
+    usage = []
+    got, _ = run_child(folder, {pid: [c]}, [pid], args, bwrap, usage)
+    return usage[0].ru_maxrss << 10 if pid in got and usage else None
 
 
 class GraderFailure(RuntimeError):
@@ -696,26 +721,30 @@ def judged(c, want, got, results, i):
 def grade_problems(src, args, bwrap):
     """[(problem id, points earned, points, description, checks passed, checks, [messages])]."""
     checks, want = all_checks(args.seed)
+    together = {pid: [c for c in cs if not c.get("peak")] for pid, cs in checks.items()}   # peaks: one child each
     with tempfile.TemporaryDirectory(prefix="fgrpo_grade_") as tmp:
         folder, left = release_folder(tmp, "release", src)
-        got, why = run_child(folder, checks, [*(pid for pid, *_ in PROBLEMS), harness.RL], args, bwrap)
+        stubs = functools.cache(lambda: release_folder(tmp, "stubs")[0])
+        got, why = run_child(folder, together, [*(pid for pid, *_ in PROBLEMS), harness.RL], args, bwrap)
         refused = refusals(got, why)
         if refused:                     # the OS's doing only if the same checks fail on the release's stubs
-            stubs, _ = release_folder(tmp, "stubs")
-            if refusals(*run_child(stubs, checks, list(refused), args, bwrap)):
+            if refusals(*run_child(stubs(), together, list(refused), args, bwrap)):
                 raise GraderFailure(next(iter(refused.values())))
             for pid, w in refused.items():
                 got.pop(pid, None)
                 why[pid] = f"{w} (the release's stubs ran these checks: this hand-in made them fail)"
         stuck = [pid for pid, rs in got.items() if isinstance(rs, list) and any(map(harness.unfinished, rs))]
         if stuck:                       # a rank out of time: a loaded machine, or the hand-in; once more, twice the time
-            again = {pid: [harness.more_time(c) for c in checks[pid]] for pid in stuck}
+            again = {pid: [harness.more_time(c) for c in together[pid]] for pid in stuck}
             got.update(run_child(folder, again, stuck, args, bwrap)[0])
+        with_peaks(checks, got, lambda pid, c: [peak_rss(f, pid, c, args, bwrap) for f in (folder, stubs())])
     rows, passing = [], []
     for pid, points, functions, about in PROBLEMS:
         mine = got.get(pid) if isinstance(got.get(pid), list) else []
         verdicts = [judged(c, want[pid][i], mine[i], mine, i) if i < len(mine) else why.get(pid, "no result")
                     for i, c in enumerate(checks[pid])]
+        verdicts = [None if c.get("peak") and set(c["peak"]["after"]) - set(passing) else v    # the head's doing
+                    for c, v in zip(checks[pid], verdicts)]
         messages = [shown(m) for m in verdicts if m]
         files = {file_of(f) for f in functions}
         messages += [f"{f}: {left[f]} in {src}, so the release's stub was graded" for f in sorted(files & set(left))]
@@ -730,6 +759,37 @@ def grade_problems(src, args, bwrap):
         if row[0] in charged:
             row[1], row[6] = 0, row[6] + [shown(why_rl)]
     return [tuple(r) for r in rows]
+
+
+def with_peaks(checks, got, measure):
+    """Put each peak check's result in its place in got (a problem's results came without them): {"peak",
+    "baseline"} from measure(pid, c), the hand-in's child's and the release's stubs' (peak_rss), made here, never
+    sent by the child. Not measured where the problem's other checks raised (it fails on those)."""
+    for pid, cs in checks.items():
+        rest = got.get(pid)
+        if not isinstance(rest, list) or not any(c.get("peak") for c in cs):
+            continue
+        ran = all(isinstance(r, dict) and "error" not in r for r in rest)
+        rest, out = iter(rest), []
+        for c in cs:
+            peaks = (measure(pid, c) if ran else (None, None)) if c.get("peak") else None
+            if peaks and peaks[0] is not None and peaks[1] is None:
+                raise GraderFailure(f"{pid}: the release's stubs gave no result on {c['name']!r}")
+            out.append(dict(zip(("peak", "baseline"), peaks)) if peaks else next(rest, None))
+        got[pid] = out
+
+
+def peak_verdict(c, got, what):
+    """None if the hand-in's child held at most c["peak"]["allowance"] bytes more at its peak than the stubs'."""
+    peak, base = got.get("peak"), got.get("baseline")
+    if not isinstance(peak, int) or not isinstance(base, int):
+        return f"{what}: not measured (its child gave no result, or the problem's other checks raised)"
+    if peak - base <= c["peak"]["allowance"]:
+        return None
+    return (f"{what}: the process held {(peak - base) / 2**20:.0f} MiB more at its peak than the release's stubs on "
+            f"the same inputs (the kernel's count), at most {c['peak']['allowance'] / 2**20:.0f} MiB (one micro-batch's "
+            "(tokens, V) logits): backward each micro-batch as it is done, and take log-probs and entropy from "
+            "policy_logp, never from the whole logits")
 
 
 def rl_charges(want, got, passing, rerun=None):

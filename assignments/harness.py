@@ -46,13 +46,17 @@ def enc(v):
 
 def dec(v):
     """Inputs of a check back to values: {"ndarray": tensor} -> numpy, {"tuple": [...]} -> tuple,
-    {"namespace": {...}} -> a config object, {"qwen2": {"config", "state"}} -> a float64 Qwen2 (SDPA: eager attention gives NaN gradients on left padding)."""
+    {"namespace": {...}} -> a config object, {"qwen2": {"config", "state"}} -> a float64 Qwen2 (SDPA: eager attention
+    gives NaN gradients on left padding); {"qwen2": {"config", "seed"}}: its weights drawn here (too large to store)."""
     if isinstance(v, dict) and set(v) == {"namespace"}:
         return SimpleNamespace(**dec(v["namespace"]))
     if isinstance(v, dict) and set(v) == {"qwen2"}:
         from transformers import Qwen2Config, Qwen2ForCausalLM
-        model = Qwen2ForCausalLM(Qwen2Config(**v["qwen2"]["config"], attn_implementation="sdpa")).double()
-        model.load_state_dict(v["qwen2"]["state"])
+        q = v["qwen2"]
+        model = Qwen2ForCausalLM(Qwen2Config(**q["config"], attn_implementation="sdpa")).double()
+        g = torch.Generator().manual_seed(q["seed"]) if "seed" in q else None
+        model.load_state_dict(q["state"] if g is None else {k: torch.randn(t.shape, generator=g, dtype=torch.float64) * 0.5
+                                                              for k, t in model.state_dict().items()})
         return model
     if isinstance(v, dict) and set(v) == {"ndarray"}:
         return v["ndarray"].numpy()
@@ -497,6 +501,8 @@ def run_check(modules, check, record=False):
         args[i] = shard(args[i], torch.device("cpu"))
     fn = getattr(mod, fn_name)
     names = list(inspect.signature(fn).parameters)
+    if "chunk_bytes" in check:          # a check alone in its process (grade.peak_rss): policy_logp's chunks at its size
+        importlib.import_module("fgrpo_utils.logprob").CHUNK_BYTES = check["chunk_bytes"]
     for i, a in enumerate(args):
         if names[i] in check.get("grad", ()):
             args[i] = a.clone().requires_grad_(True)

@@ -371,11 +371,14 @@ def maze_reward(g):
     return out
 
 
-def qwen2(g, V):
-    """A random 1-layer Qwen2 as plain data (harness.dec builds it, float64, eager attention)."""
+def qwen2(g, V, hidden=8, positions=64, seed=None):
+    """A random 1-layer Qwen2 as plain data (harness.dec builds it, float64); with a seed, its weights are drawn
+    there (a model too large to store in expected.json)."""
     from transformers import Qwen2Config, Qwen2ForCausalLM
-    config = dict(vocab_size=V, hidden_size=8, intermediate_size=16, num_hidden_layers=1, num_attention_heads=2,
-                  num_key_value_heads=1, max_position_embeddings=64, tie_word_embeddings=False)
+    config = dict(vocab_size=V, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=1,
+                  num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=positions, tie_word_embeddings=False)
+    if seed is not None:
+        return {"qwen2": {"config": config, "seed": seed}}
     model = Qwen2ForCausalLM(Qwen2Config(**config)).double()
     state = {k: torch.randn(v.shape, generator=g, dtype=F64) * 0.5 for k, v in model.state_dict().items()}
     return {"qwen2": {"config": config, "state": state}}
@@ -436,6 +439,7 @@ def update(g):
     # entropy must come from policy_logp's chunked head, never from the whole logits (App. B's memory)
     out.append(call("vocabulary 256, entropy bonus: no whole logits", {"entropy_coef": 0.05}, None, A, None,
                     models=(qwen2(g, 256), None), saved_bytes=True))
+    out.append(peak(g, base))
     # Two real ranks, FSDP2: rank 1 holds the group without signal, so it has half rank 0's live rows; one
     # row a pass, every rank makes rank 0's count, so rank 1 runs empty passes (weight 0) to pair with rank
     # 0's; the loss divides by counts summed over both ranks (x world undoes FSDP's mean), the metrics are
@@ -454,6 +458,26 @@ def update(g):
                     **{**two, "shares": [list(range(0, N)) + list(range(2 * N, 3 * N)),
                                          list(range(N, 2 * N)) + list(range(3 * N, 4 * N))]}))
     return out
+
+
+def peak(g, base):
+    """The update's memory as the kernel counts it, beyond what no code in the process can change: the check runs
+    alone in a child of its own, and again on the release's stubs, and grade.py compares the two children's peak
+    resident memory (grade.peak_rss). At V = 16384 one micro-batch's (tokens, V) float64 logits are 128 MiB, the
+    allowance; the reference's update adds ~50 MiB (gradients, the head's 1 MiB chunks, the autograd engine's
+    start), one that holds the whole logits of a micro-batch ~800 MiB. Only the peak is judged (values: the other
+    checks), and only once the head (Problem 13, head_logp) passed its own checks: the update runs the hand-in's."""
+    S, Tp, Tc, mb, V = 32, 16, 64, 16, 16384
+    prompts = [torch.randint(1, V, (Tp,), generator=g).tolist() for _ in range(S // 4) for _ in range(4)]
+    completions = [torch.randint(1, V, (Tc,), generator=g).tolist() for _ in range(S)]
+    seeds = torch.randint(0, 2**31, (2,), generator=g).tolist()
+    policy, ref = (qwen2(g, V, hidden=16, positions=128, seed=s) for s in seeds)
+    cfg = {**base, "group_size": 4, "micro_batch_size": mb, "max_response_len": Tc, "entropy_coef": 0.05, "kl_coef": 0.1}
+    return check("update", "train.update_minibatch",
+                 [policy, ref, prompts, completions, torch.randn(S, generator=g, dtype=F64), None],
+                 {"cfg": {"namespace": cfg}, "pad_id": 0, "device": "cpu", "world": 1},
+                 "peak memory, the kernel's count: no whole logits", chunk_bytes=1 << 20,
+                 peak={"allowance": mb * Tc * V * 8, "after": ["logprobs"]})
 
 
 BUILDERS = {"group_advantages": group_advantages, "success_rate": success_rate, "focal_weight": focal_weight,
@@ -482,6 +506,9 @@ def answer(all_checks, modules):
             torch.manual_seed(0)
             if pid == harness.RL:
                 results[pid].append(harness.rl_run(modules, c["seed"]))
+                continue
+            if c.get("peak"):                       # measured beside the stubs when graded, not answered here
+                results[pid].append({})
                 continue
             r, tables = harness.run_check(modules, c, record=True)
             if harness.unfinished(r):               # the reference's own ranks out of time: a loaded machine

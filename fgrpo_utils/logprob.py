@@ -250,12 +250,13 @@ def register_policy_forward(model):
         register_fsdp_forward_method(model, POLICY_FORWARD)
     return model
 
-def policy_logp(model, batch, temperature=1.0, entropy=False, chunk_bytes=CHUNK_BYTES):
+def policy_logp(model, batch, temperature=1.0, entropy=False, chunk_bytes=None):
     """The trainer's log-probs and entropy of the completion tokens, in bounded memory. batch from pack().
-    Returns (logp, H), each (S, Tc) float32 (float64 for a float64 model), 0 where completion_mask is
-    False, H None unless entropy=True: the values and gradients of token_logp(completion_logits(...)),
-    with ~chunk_bytes extra at any batch size (head_logp), plain or FSDP2-sharded."""
+    Returns (logp, H), each (S, Tc) float32 (float64 for a float64 model), 0 where completion_mask is False,
+    H None unless entropy=True: the values and gradients of token_logp(completion_logits(...)), with
+    ~chunk_bytes extra (None: CHUNK_BYTES as it is at the call) at any batch size, plain or FSDP2-sharded."""
     from torch.distributed.fsdp import FSDPModule
+    chunk_bytes = CHUNK_BYTES if chunk_bytes is None else chunk_bytes
     if isinstance(model, FSDPModule):
         return getattr(register_policy_forward(model), POLICY_FORWARD)(batch, temperature, entropy, chunk_bytes)
     return _policy_forward(model, batch, temperature, entropy, chunk_bytes)
