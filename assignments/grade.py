@@ -451,7 +451,9 @@ def child_argv(folder, fd, bwrap, hide=(), name="fgrpo"):
         if root else ["--unshare-all", "--cap-drop", "ALL"]
     uid = SANDBOX_UID + os.getpid() if root else -1
     harness_argv = [sys.executable, "-I", "-c", CONFINE, str(PROCS), str(uid), *harness_argv[2:]]
-    argv = [bwrap, *unshare, "--die-with-parent", "--new-session", "--clearenv", "--ro-bind", "/usr", "/usr"]
+    # --as-pid-1: the harness is the sandbox's first process (bwrap's own init there would keep the kernel's count
+    # of the harness's peak memory from reaching the grader: peak_rss); it ends the whole sandbox when it ends
+    argv = [bwrap, *unshare, "--as-pid-1", "--die-with-parent", "--new-session", "--clearenv", "--ro-bind", "/usr", "/usr"]
     system = ["/bin", "/sbin", "/lib", "/lib32", "/lib64", "/etc", "/sys"]
     for d in system:
         argv += ["--ro-bind-try", d, d]
