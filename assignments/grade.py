@@ -739,7 +739,8 @@ def grade_problems(src, args, bwrap):
         if stuck:                       # a rank out of time: a loaded machine, or the hand-in; once more, twice the time
             again = {pid: [harness.more_time(c) for c in together[pid]] for pid in stuck}
             got.update(run_child(folder, again, stuck, args, bwrap)[0])
-        with_peaks(checks, got, lambda pid, c: [peak_rss(f, pid, c, args, bwrap) for f in (folder, stubs())])
+        with_peaks(checks, got, lambda pid, c: (peak_rss(folder, pid, c, args, bwrap),
+                                                peak_rss(stubs(), pid, {**c, "baseline": True}, args, bwrap)))
     rows, passing = [], []
     for pid, points, functions, about in PROBLEMS:
         mine = got.get(pid) if isinstance(got.get(pid), list) else []
@@ -765,8 +766,9 @@ def grade_problems(src, args, bwrap):
 
 def with_peaks(checks, got, measure):
     """Put each peak check's result in its place in got (a problem's results came without them): {"peak",
-    "baseline"} from measure(pid, c), the hand-in's child's and the release's stubs' (peak_rss), made here, never
-    sent by the child. Not measured where the problem's other checks raised (it fails on those)."""
+    "baseline"} from measure(pid, c): peak_rss of the hand-in's child, and of a child that imports the release's
+    stubs and builds the same inputs but calls nothing (so no code of the hand-in's can raise it), made here,
+    never sent by a child. Not measured where the problem's other checks raised (it fails on those)."""
     for pid, cs in checks.items():
         rest = got.get(pid)
         if not isinstance(rest, list) or not any(c.get("peak") for c in cs):
@@ -782,13 +784,13 @@ def with_peaks(checks, got, measure):
 
 
 def peak_verdict(c, got, what):
-    """None if the hand-in's child held at most c["peak"]["allowance"] bytes more at its peak than the stubs'."""
+    """None if the hand-in's child held at most c["peak"]["allowance"] bytes more at its peak than the baseline."""
     peak, base = got.get("peak"), got.get("baseline")
     if not isinstance(peak, int) or not isinstance(base, int):
         return f"{what}: not measured (its child gave no result, or the problem's other checks raised)"
     if peak - base <= c["peak"]["allowance"]:
         return None
-    return (f"{what}: the process held {(peak - base) / 2**20:.0f} MiB more at its peak than the release's stubs on "
+    return (f"{what}: the process held {(peak - base) / 2**20:.0f} MiB more at its peak than one that only built "
             f"the same inputs (the kernel's count), at most {c['peak']['allowance'] / 2**20:.0f} MiB (one micro-batch's "
             "(tokens, V) logits): backward each micro-batch as it is done, and take log-probs and entropy from "
             "policy_logp, never from the whole logits")

@@ -509,6 +509,8 @@ def run_check(modules, check, record=False):
     for k in check.get("grad", ()):
         if k in kwargs:
             kwargs[k] = kwargs[k].clone().requires_grad_(True)
+    if check.get("baseline"):           # grade.peak_rss's baseline: the process with the inputs built, nothing called
+        return {}, {}
 
     def where(name):          # "token_mean": the module under test's; "fgrpo_utils.logprob.head_logp": that module's
         m, _, attr = name.rpartition(".")

@@ -461,12 +461,13 @@ def update(g):
 
 
 def peak(g, base):
-    """The update's memory as the kernel counts it, beyond what no code in the process can change: the check runs
-    alone in a child of its own, and again on the release's stubs, and grade.py compares the two children's peak
-    resident memory (grade.peak_rss). At V = 16384 one micro-batch's (tokens, V) float64 logits are 128 MiB, the
-    allowance; the reference's update adds ~50 MiB (gradients, the head's 1 MiB chunks, the autograd engine's
-    start), one that holds the whole logits of a micro-batch ~800 MiB. Only the peak is judged (values: the other
-    checks), and only once the head (Problem 13, head_logp) passed its own checks: the update runs the hand-in's."""
+    """The update's memory as the kernel counts it, which no code in the process can change: the check runs alone in
+    a child of its own, and grade.py compares that child's peak resident memory with a child's that imports the
+    release's stubs and builds the same inputs but calls nothing (grade.peak_rss). At V = 16384 one micro-batch's
+    (tokens, V) float64 logits are 128 MiB, the allowance; the reference's update adds ~55 MiB (gradients, the
+    head's 1 MiB chunks, the autograd engine's start), one that holds the whole logits of a micro-batch ~820 MiB.
+    Only the peak is judged (values: the other checks), and only once the head (Problem 13, head_logp) passed its
+    own checks: the update runs the hand-in's."""
     S, Tp, Tc, mb, V = 32, 16, 64, 16, 16384
     prompts = [torch.randint(1, V, (Tp,), generator=g).tolist() for _ in range(S // 4) for _ in range(4)]
     completions = [torch.randint(1, V, (Tc,), generator=g).tolist() for _ in range(S)]
@@ -507,7 +508,7 @@ def answer(all_checks, modules):
             if pid == harness.RL:
                 results[pid].append(harness.rl_run(modules, c["seed"]))
                 continue
-            if c.get("peak"):                       # measured beside the stubs when graded, not answered here
+            if c.get("peak"):                       # measured when graded (grade.peak_rss), not answered here
                 results[pid].append({})
                 continue
             r, tables = harness.run_check(modules, c, record=True)

@@ -15,7 +15,7 @@ import sys
 
 import pytest
 
-from test_assignments import (ENV, EDITED, LOSES, PROBLEMS, ROOT, WRONG, grade, grade_dir, harness, head_text,
+from test_assignments import (ENV, EDITED, FILE_EDITS, LOSES, PROBLEMS, ROOT, WRONG, grade, grade_dir, harness, head_text,
                               module_from, wrong_texts)
 
 ALL = {pid for pid, *_ in PROBLEMS}
@@ -227,6 +227,31 @@ def test_code_that_knows_when_it_is_graded_is_graded_as_it_trains(name, tmp_path
     weights are compared with the torch.equal of before the import (harness.EQUAL): each loses Problem 15."""
     report = grade_dir(hand_in(tmp_path / "hand-in", "train.py", edited(name, "train.py", TELLS[name])), tmp_path)
     assert {pid for pid, p in report["problems"].items() if p["points"] < p["max"]} == {"update"}, report["problems"]
+
+
+# A hand-in that forges what the harness measures in its process: the whole logits held, the harness's count of
+# what autograd saves (SavedBytes) replaced by one that counts nothing
+QUIET = """import sys as _sys
+_harness = _sys.modules.get("__main__")
+if hasattr(_harness, "SavedBytes"):
+    class _Quiet(torch.autograd.graph.saved_tensors_hooks):
+        def __init__(self):
+            self.peak = 0
+            super().__init__(lambda t: t, lambda t: t)
+    _harness.SavedBytes = _Quiet
+"""
+FORGES = {"update_whole_logits_behind_a_count_that_counts_nothing": [
+    ("import torch\n", "import torch\n" + QUIET), tuple(FILE_EDITS["update_whole_logits"][1:3])]}
+
+
+@pytest.mark.parametrize("name", sorted(FORGES))
+def test_what_the_graded_code_could_forge_is_measured_outside_it(name, tmp_path):
+    """The update's peak memory is the kernel's count for a child that runs that check alone, beside the release's
+    stubs' (grade.peak_rss): a hand-in that holds the whole logits and quiets the harness's own count loses
+    Problem 15 (before: 24 / 24)."""
+    report = grade_dir(hand_in(tmp_path / "hand-in", "train.py", edited(name, "train.py", FORGES[name])), tmp_path)
+    assert {pid for pid, p in report["problems"].items() if p["points"] < p["max"]} == {"update"}, report["problems"]
+    assert "the kernel's count" in " ".join(report["problems"]["update"]["messages"])
 
 
 UNIT_LOSSES = """
