@@ -55,8 +55,9 @@ def dec(v):
         q = v["qwen2"]
         model = Qwen2ForCausalLM(Qwen2Config(**q["config"], attn_implementation="sdpa")).double()
         g = torch.Generator().manual_seed(q["seed"]) if "seed" in q else None
-        model.load_state_dict(q["state"] if g is None else {k: torch.randn(t.shape, generator=g, dtype=torch.float64) * 0.5
-                                                              for k, t in model.state_dict().items()})
+        model.load_state_dict(q["state"] if g is None else
+                              {k: torch.randn(t.shape, generator=g, dtype=torch.float64) * 0.5
+                               for k, t in model.state_dict().items()})
         return model
     if isinstance(v, dict) and set(v) == {"ndarray"}:
         return v["ndarray"].numpy()

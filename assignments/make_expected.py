@@ -376,7 +376,8 @@ def qwen2(g, V, hidden=8, positions=64, seed=None):
     there (a model too large to store in expected.json)."""
     from transformers import Qwen2Config, Qwen2ForCausalLM
     config = dict(vocab_size=V, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=1,
-                  num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=positions, tie_word_embeddings=False)
+                  num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=positions,
+                  tie_word_embeddings=False)
     if seed is not None:
         return {"qwen2": {"config": config, "seed": seed}}
     model = Qwen2ForCausalLM(Qwen2Config(**config)).double()
@@ -473,7 +474,8 @@ def peak(g, base):
     completions = [torch.randint(1, V, (Tc,), generator=g).tolist() for _ in range(S)]
     seeds = torch.randint(0, 2**31, (2,), generator=g).tolist()
     policy, ref = (qwen2(g, V, hidden=16, positions=128, seed=s) for s in seeds)
-    cfg = {**base, "group_size": 4, "micro_batch_size": mb, "max_response_len": Tc, "entropy_coef": 0.05, "kl_coef": 0.1}
+    cfg = {**base, "group_size": 4, "micro_batch_size": mb, "max_response_len": Tc, "entropy_coef": 0.05,
+           "kl_coef": 0.1}
     return check("update", "train.update_minibatch",
                  [policy, ref, prompts, completions, torch.randn(S, generator=g, dtype=F64), None],
                  {"cfg": {"namespace": cfg}, "pad_id": 0, "device": "cpu", "world": 1},

@@ -251,10 +251,9 @@ def register_policy_forward(model):
     return model
 
 def policy_logp(model, batch, temperature=1.0, entropy=False, chunk_bytes=None):
-    """The trainer's log-probs and entropy of the completion tokens, in bounded memory. batch from pack().
-    Returns (logp, H), each (S, Tc) float32 (float64 for a float64 model), 0 where completion_mask is False,
-    H None unless entropy=True: the values and gradients of token_logp(completion_logits(...)), with
-    ~chunk_bytes extra (None: CHUNK_BYTES as it is at the call) at any batch size, plain or FSDP2-sharded."""
+    """The completion tokens' log-probs and entropy, batch from pack(): (logp, H), each (S, Tc) float32 (float64
+    for a float64 model), 0 off completion_mask, H None unless entropy=True; token_logp(completion_logits(...))'s
+    values and gradients with ~chunk_bytes extra (None: CHUNK_BYTES at the call), at any batch size, even FSDP2."""
     from torch.distributed.fsdp import FSDPModule
     chunk_bytes = CHUNK_BYTES if chunk_bytes is None else chunk_bytes
     if isinstance(model, FSDPModule):
