@@ -417,14 +417,24 @@ def python_dirs():
     return sorted(d for d in dirs if not any(d != o and d.startswith(o + os.sep) for o in dirs))
 
 
-# Run in the sandbox before the harness, so before any graded code: its cap on processes and threads
-# (RLIMIT_NPROC: a fork bomb stops there). The kernel counts them per user and binds no root process,
-# root in a user namespace included, so a root grader's sandbox has no user namespace and runs as a user
-# of its own (uid >= 0: that drops every capability too); else the sandbox's own user namespace has the
-# count to itself (without one, it would count all the grader's processes: no cap then).
+# Run in the sandbox before the harness, so before any graded code. Its first process (bwrap --as-pid-1) forks
+# the harness and waits: what it waits for counts in the kernel's peak-memory figure that reaches the grader
+# (grade.peak_rss; bwrap's own init would keep it), it reaps what the sandbox orphans, and it ends with bwrap
+# (--die-with-parent: a setuid process would not get that signal from bwrap), so everything in the sandbox does.
+# The harness's cap on processes and threads (RLIMIT_NPROC: a fork bomb stops there): the kernel counts them
+# per user and binds no root process, root in a user namespace included, so a root grader's sandbox has no
+# user namespace and runs the harness as a user of its own (uid >= 0: that drops every capability too); else
+# the sandbox's own user namespace has the count to itself (without one, it would count all the grader's
+# processes: no cap then).
 CONFINE = """
 import os, resource, runpy, sys
 _, procs, uid, *sys.argv = sys.argv
+harness = os.fork()
+while harness:
+    pid, status = os.wait()
+    if pid == harness:
+        code = os.waitstatus_to_exitcode(status)
+        os._exit(code if code >= 0 else 128 - code)
 if int(uid) >= 0:
     resource.setrlimit(resource.RLIMIT_NPROC, (int(procs), int(procs)))
     os.setgroups([])
@@ -451,8 +461,6 @@ def child_argv(folder, fd, bwrap, hide=(), name="fgrpo"):
         if root else ["--unshare-all", "--cap-drop", "ALL"]
     uid = SANDBOX_UID + os.getpid() if root else -1
     harness_argv = [sys.executable, "-I", "-c", CONFINE, str(PROCS), str(uid), *harness_argv[2:]]
-    # --as-pid-1: the harness is the sandbox's first process (bwrap's own init there would keep the kernel's count
-    # of the harness's peak memory from reaching the grader: peak_rss); it ends the whole sandbox when it ends
     argv = [bwrap, *unshare, "--as-pid-1", "--die-with-parent", "--new-session", "--clearenv",
             "--ro-bind", "/usr", "/usr"]
     system = ["/bin", "/sbin", "/lib", "/lib32", "/lib64", "/etc", "/sys"]

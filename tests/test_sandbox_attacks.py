@@ -24,6 +24,7 @@ import time
 import zipfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -538,3 +539,41 @@ def test_the_teachers_clone_under_a_bound_folder_is_out_of_reach(student, tmp_pa
         shutil.rmtree(clone, ignore_errors=True)
     check_grader_output(*result)
     assert "found the reference" not in result[1] + json.dumps(result[0])
+
+
+def descendants(pid):
+    """The processes below pid, read from /proc (each task's children)."""
+    out = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            out += [int(c) for c in (task / "children").read_text().split()]
+        except OSError:
+            pass
+    return out + [d for c in out for d in descendants(c)]
+
+
+@needs_sandbox
+def test_a_stopped_child_leaves_no_process_behind(tmp_path):
+    """The sandbox's first process waits for the harness (so that the kernel's count of its peak memory reaches the
+    grader, grade.peak_rss) and dies with bwrap. Run as that first process itself, the harness (a user of its own in
+    a root grader's sandbox) got no parent-death signal from bwrap: a hand-in that hung at import outlived the
+    grader's kill."""
+    d = tmp_path / "hand-in"
+    for f in grade.GRADED_FILES:
+        (d / f).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(ROOT / f, d / f)
+    with open(d / "advantage.py", "a") as f:
+        f.write("\nwhile True:\n    pass\n")
+    folder, _ = grade.release_folder(tmp_path, "release", d)
+    torch.save({"group_advantages": grade.public_checks()[0]["group_advantages"][:1]}, folder / ".grade" / "checks.pt")
+    os.chmod(folder / ".grade" / "checks.pt", 0o644)
+    child = grade.Child(folder, SimpleNamespace(memory_gb=8, dir=str(d)), test_assignments.SANDBOX)
+    inside, end = [], time.monotonic() + 60
+    while not inside and time.monotonic() < end:
+        time.sleep(0.2)
+        inside = descendants(child.proc.pid)
+    assert inside, "the sandbox started no process"
+    assert child.frame(3) == "timeout"                        # hanging at import
+    child.stop()
+    time.sleep(1)
+    assert not [p for p in inside if Path(f"/proc/{p}").exists()], "a sandboxed process outlived its child's stop"
