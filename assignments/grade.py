@@ -755,8 +755,6 @@ def grade_problems(src, args, bwrap):
         mine = got.get(pid) if isinstance(got.get(pid), list) else []
         verdicts = [judged(c, want[pid][i], mine[i], mine, i) if i < len(mine) else why.get(pid, "no result")
                     for i, c in enumerate(checks[pid])]
-        verdicts = [None if excused(c, mine[i] if i < len(mine) else None, passing) else v
-                    for i, (c, v) in enumerate(zip(checks[pid], verdicts))]
         messages = [shown(m) for m in verdicts if m]
         files = {file_of(f) for f in functions}
         messages += [f"{f}: {left[f]} in {src}, so the release's stub was graded" for f in sorted(files & set(left))]
@@ -790,13 +788,6 @@ def with_peaks(checks, got, measure):
                 raise GraderFailure(f"{pid}: the release's stubs gave no result on {c['name']!r}")
             out.append(dict(zip(("peak", "baseline"), peaks)) if peaks else next(rest, None))
         got[pid] = out
-
-
-def excused(c, got, passing):
-    """Is got a peak check's measurement that the problems whose functions it also runs (c["peak"]["after"]) may
-    account for, one of them having failed its own checks (the update runs the hand-in's head_logp)?"""
-    return bool(c.get("peak")) and isinstance(got, dict) and isinstance(got.get("peak"), int) \
-        and bool(set(c["peak"]["after"]) - set(passing))
 
 
 def peak_verdict(c, got, what):

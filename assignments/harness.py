@@ -341,6 +341,22 @@ class Held:
             self.owner.live -= self.n
 
 
+def chunked_head(h, weight, bias, targets, temperature=1.0, entropy=False, chunk_bytes=1 << 20):
+    """head_logp's log-probs and entropy (App. B's memory) by chunks of tokens, each recomputed in backward
+    (torch.utils.checkpoint): at most a chunk's (c, V) logits exist at once, whatever the hand-in's head does."""
+    from torch.utils.checkpoint import checkpoint
+
+    def one(h_c, t_c):
+        z = torch.nn.functional.linear(h_c, weight, bias) / temperature                 # (c, V)
+        lse = z.logsumexp(-1)
+        H = lse - (z.softmax(-1) * z).sum(-1) if entropy else lse.new_zeros(())
+        return z.gather(-1, t_c[:, None]).squeeze(-1) - lse, H
+    c = max(1, chunk_bytes // (weight.shape[0] * weight.element_size() * 2))
+    parts = [checkpoint(one, h[s:s + c], targets[s:s + c], use_reentrant=False) for s in range(0, h.shape[0], c)]
+    logp = torch.cat([p[0] for p in parts])
+    return logp, torch.cat([p[1] for p in parts]) if entropy else None
+
+
 def whole(t):
     """A tensor whole: a sharded one (FSDP2's DTensor) gathered from every rank (a collective)."""
     return t.full_tensor() if hasattr(t, "full_tensor") else t
@@ -526,6 +542,9 @@ def run_check(modules, check, record=False):
     for name, W in check.get("spy", {}).items():
         saved[name] = getattr(*where(name))
         stand_ins[name] = Spy(saved[name], W)
+    if check.get("chunked_head"):       # a peak check measures the update, not the hand-in's head (Problem 13)
+        saved[check["chunked_head"]] = getattr(*where(check["chunked_head"]))
+        stand_ins[check["chunked_head"]] = chunked_head
     named = dict(zip(names, args)) | kwargs                # every argument by its name
     frozen = named.get(check.get("frozen"))
     watch = Frozen(frozen) if isinstance(frozen, torch.nn.Module) else None
