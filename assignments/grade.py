@@ -452,7 +452,7 @@ def child_argv(folder, fd, bwrap, hide=(), name="fgrpo"):
     folder that holds the hand-ins)."""
     harness_argv = [sys.executable, "-I", "assignments/harness.py", ".grade/checks.pt", str(fd)]
     env = {"HOME": "/tmp", "LANG": "C.UTF-8", "OMP_NUM_THREADS": "1", "PYTHONDONTWRITEBYTECODE": "1",
-           "PYTHONHASHSEED": "0", "PATH": "/usr/bin:/bin"}
+           "PYTHONHASHSEED": "0", "PATH": "/usr/bin:/bin", "MALLOC_MMAP_THRESHOLD_": str(1 << 17)}
     if bwrap is None:
         return harness_argv, {**env, "HOME": str(folder)}, str(folder)
     # the machine's root (not a container's): no user namespace, and a user of its own (CONFINE)

@@ -479,7 +479,7 @@ def peak(g, base):
     return check("update", "train.update_minibatch",
                  [policy, ref, prompts, completions, torch.randn(S, generator=g, dtype=F64), None],
                  {"cfg": {"namespace": cfg}, "pad_id": 0, "device": "cpu", "world": 1},
-                 "peak memory, the kernel's count: no whole logits", chunk_bytes=16 << 20, dist=True,
+                 "peak memory, the kernel's count: no whole logits", chunk_bytes=4 << 20, dist=True,
                  chunked_head="fgrpo_utils.logprob.head_logp", peak={"allowance": mb * Tc * V * 8})
 
 
