@@ -465,10 +465,10 @@ def peak(g, base):
     """The update's memory as the kernel counts it, which no code in the process can change: the check runs alone in
     a child of its own, and grade.py compares that child's peak resident memory with a child's that imports the
     release's stubs and builds the same inputs but calls nothing (grade.peak_rss). At V = 16384 one micro-batch's
-    (tokens, V) float64 logits are 128 MiB, the allowance; the reference's update adds ~55 MiB (gradients, the
-    head's 1 MiB chunks, the autograd engine's start), one that holds the whole logits of a micro-batch ~820 MiB.
-    Only the peak is judged (values: the other checks), with the harness's chunked head in place of the hand-in's
-    head_logp: Problem 13 may hold its logits (a plain head keeps full marks there)."""
+    (tokens, V) float64 logits are 128 MiB, the allowance; the reference's update adds 50 MiB (gradients, the
+    head's 4 MiB chunks, the autograd engine's start), one that holds the whole logits of a micro-batch 800 MiB.
+    Only the peak is judged (values: the other checks), with the grader's chunked head (harness.chunked_head) in
+    place of the hand-in's head_logp: Problem 13 may hold its logits (a plain head keeps full marks there)."""
     S, Tp, Tc, mb, V = 32, 16, 64, 16, 16384
     prompts = [torch.randint(1, V, (Tp,), generator=g).tolist() for _ in range(S // 4) for _ in range(4)]
     completions = [torch.randint(1, V, (Tc,), generator=g).tolist() for _ in range(S)]
