@@ -478,6 +478,23 @@ def head_text(rel):
     return subprocess.run(["git", "show", f"HEAD:{rel}"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
 
 
+def edited(name, rel, edits):
+    """rel as committed with each (old, new) of edits made, each old found exactly once."""
+    text = head_text(rel)
+    for old, new in edits:
+        assert text.count(old) == 1, f"{name}: {rel} no longer has the line {old!r}"
+        text = text.replace(old, new)
+    return text
+
+
+def hand_in(d, rel, text):
+    """Folder d as a hand-in: the committed graded files, with `text` as rel."""
+    for f in GRADED_FILES:
+        (d / f).parent.mkdir(parents=True, exist_ok=True)
+        (d / f).write_text(text if f == rel else head_text(f))
+    return d
+
+
 @functools.cache
 def wrong_texts():
     """{name: (module name, its wrong source)}, built once per process (HEAD does not change under a run)."""
@@ -487,11 +504,7 @@ def wrong_texts():
         assert text.count(old) == 1, f"{name}: the reference's policy_loss no longer has the line {old!r}"
         out[name] = ("advantage", text.replace(old, new))
     for name, (rel, *edits, _) in FILE_EDITS.items():
-        ref = head_text(rel)
-        for old, new in edits[0] if len(edits) == 1 else [edits]:
-            assert ref.count(old) == 1, f"{name}: {rel} no longer has the line {old!r}"
-            ref = ref.replace(old, new)
-        out[name] = (rel.removesuffix(".py").replace("/", "."), ref)
+        out[name] = (rel.removesuffix(".py").replace("/", "."), edited(name, rel, edits[0] if len(edits) == 1 else [edits]))
     for name, (rel, fn, src, _) in FILE_WRONG.items():
         out[name] = (rel.removesuffix(".py").replace("/", "."), make_student_copy.replace_function(head_text(rel), fn, src)
                      + walk_text())
@@ -598,10 +611,7 @@ CORRECT = {
 @pytest.mark.parametrize("name", sorted(CORRECT))
 def test_correct_alternatives_keep_every_point(graded_checks, name):
     rel, edits, pids = CORRECT[name]
-    text = head_text(rel)
-    for old, new in edits:
-        assert text.count(old) == 1, f"{name}: {rel} no longer has the line {old!r}"
-        text = text.replace(old, new)
+    text = edited(name, rel, edits)
     assert lost_problems(module_from(text, rel.removesuffix(".py").replace("/", ".")), graded_checks, pids) == set()
 
 

@@ -15,8 +15,8 @@ import sys
 
 import pytest
 
-from test_assignments import (ENV, EDITED, FILE_EDITS, LOSES, PROBLEMS, ROOT, WRONG, grade, grade_dir, harness, head_text,
-                              module_from, wrong_texts)
+from test_assignments import (ENV, EDITED, FILE_EDITS, LOSES, PROBLEMS, ROOT, WRONG, edited, grade, grade_dir, hand_in,
+                              harness, head_text, module_from, wrong_texts)
 
 ALL = {pid for pid, *_ in PROBLEMS}
 
@@ -104,23 +104,6 @@ def test_a_mistake_only_the_run_shows_is_charged_beside_one_the_checks_catch(pub
     asked.clear()
     focal = grade.rl_charges(want, got, ALL - {"focal_properties"}, lambda swap: asked.append(swap))
     assert asked[0] == [f for p, _, fns, _ in PROBLEMS if p in grade.CHAIN for f in fns], focal
-
-
-def hand_in(d, rel, text):
-    """Folder d as a hand-in: the committed graded files, with `text` as rel."""
-    for f in grade.GRADED_FILES:
-        (d / f).parent.mkdir(parents=True, exist_ok=True)
-        (d / f).write_text(text if f == rel else head_text(f))
-    return d
-
-
-def edited(name, rel, edits):
-    """rel as committed with each (old, new) of edits made, each old found exactly once."""
-    text = head_text(rel)
-    for old, new in edits:
-        assert text.count(old) == 1, f"{name}: {rel} no longer has {old!r}"
-        text = text.replace(old, new)
-    return text
 
 
 @pytest.mark.parametrize("name", ["update_entropy_metric_over_padding"])
@@ -246,9 +229,9 @@ FORGES = {"update_whole_logits_behind_a_count_that_counts_nothing": [
 
 @pytest.mark.parametrize("name", sorted(FORGES))
 def test_what_the_graded_code_could_forge_is_measured_outside_it(name, tmp_path):
-    """The update's peak memory is the kernel's count for a child that runs that check alone, beside the release's
-    stubs' (grade.peak_rss): a hand-in that holds the whole logits and quiets the harness's own count loses
-    Problem 15 (before: 24 / 24)."""
+    """The update's peak memory is the kernel's count for a child that runs that check alone, beside a child that
+    only builds its inputs (grade.peak_rss): a hand-in that holds the whole logits and quiets the harness's own count
+    loses Problem 15 (before: 24 / 24)."""
     report = grade_dir(hand_in(tmp_path / "hand-in", "train.py", edited(name, "train.py", FORGES[name])), tmp_path)
     assert {pid for pid, p in report["problems"].items() if p["points"] < p["max"]} == {"update"}, report["problems"]
     assert "the kernel's count" in " ".join(report["problems"]["update"]["failed"])

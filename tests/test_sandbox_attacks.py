@@ -558,12 +558,8 @@ def test_a_stopped_child_leaves_no_process_behind(tmp_path):
     grader, grade.peak_rss) and dies with bwrap. Run as that first process itself, the harness (a user of its own in
     a root grader's sandbox) got no parent-death signal from bwrap: a hand-in that hung at import outlived the
     grader's kill."""
-    d = tmp_path / "hand-in"
-    for f in grade.GRADED_FILES:
-        (d / f).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(ROOT / f, d / f)
-    with open(d / "advantage.py", "a") as f:
-        f.write("\nwhile True:\n    pass\n")
+    d = test_assignments.hand_in(tmp_path / "hand-in", "advantage.py",
+                                 test_assignments.head_text("advantage.py") + "\nwhile True:\n    pass\n")
     folder, _ = grade.release_folder(tmp_path, "release", d)
     torch.save({"group_advantages": grade.public_checks()[0]["group_advantages"][:1]}, folder / ".grade" / "checks.pt")
     os.chmod(folder / ".grade" / "checks.pt", 0o644)
