@@ -105,8 +105,8 @@ def all_checks(seed):
             if not str(e).startswith(harness.GRADER_FAILURE):
                 raise
             raise GraderFailure(str(e)) from None
-        for pid in checks:                  # a peak check measures sizes, not values: the public one is enough
-            keep = [i for i, c in enumerate(hidden[pid]) if not c.get("peak")]
+        for pid in checks:      # a peak against the baseline measures sizes, not values: the public one is enough
+            keep = [i for i, c in enumerate(hidden[pid]) if not c.get("peak") or me.teacher_only(c)]
             mine = ([], []) if pid == harness.RL else (checks[pid], results[pid])
             checks[pid] = mine[0] + [hidden[pid][i] for i in keep]
             results[pid] = mine[1] + [answers[pid][i] for i in keep]
@@ -743,6 +743,7 @@ def grade_problems(src, args, bwrap):
     with tempfile.TemporaryDirectory(prefix="fgrpo_grade_") as tmp:
         folder, left = release_folder(tmp, "release", src)
         stubs = functools.cache(lambda: release_folder(tmp, "stubs")[0])
+        reference = functools.cache(lambda: release_folder(tmp, "reference", ROOT)[0])
         got, why = run_child(folder, together, [*(pid for pid, *_ in PROBLEMS), harness.RL], args, bwrap)
         refused = refusals(got, why)
         if refused:                     # the OS's doing only if the same checks fail on the release's stubs
@@ -755,8 +756,9 @@ def grade_problems(src, args, bwrap):
         if stuck:                       # a rank out of time: a loaded machine, or the hand-in; once more, twice the time
             again = {pid: [harness.more_time(c) for c in together[pid]] for pid in stuck}
             got.update(run_child(folder, again, stuck, args, bwrap)[0])
-        with_peaks(checks, want, got, lambda pid, c: (peak_rss(folder, pid, c, args, bwrap),
-                                                peak_rss(stubs(), pid, {**c, "baseline": True}, args, bwrap)))
+        with_peaks(checks, want, got, lambda pid, c: (peak_rss(folder, pid, c, args, bwrap), peak_rss(reference(), pid, c, args, bwrap)
+                                                      if c["peak"]["against"] == "reference" else
+                                                      peak_rss(stubs(), pid, {**c, "baseline": True}, args, bwrap)))
     rows, passing = [], []
     for pid, points, functions, about in PROBLEMS:
         mine = got.get(pid) if isinstance(got.get(pid), list) else []
@@ -779,11 +781,12 @@ def grade_problems(src, args, bwrap):
 
 
 def with_peaks(checks, want, got, measure):
-    """Put each peak check's result in its place in got (a problem's results came without them): {"peak",
-    "baseline"} from measure(pid, c): peak_rss of the hand-in's child, and of a child that imports the release's
-    stubs and builds the same inputs but calls nothing (so no code of the hand-in's can raise it), made here,
-    never sent by a child. Not measured where the problem's other checks raised where the reference's did not
-    (it fails on those; a stub raises at once, under any allowance)."""
+    """Put each peak check's result in its place in got (a problem's results came without them): {"peak", "other"}
+    from measure(pid, c): peak_rss of the hand-in's child, and of the child c["peak"]["against"] names (so no code
+    of the hand-in's can raise it): "baseline", one that imports the release's stubs and builds the same inputs but
+    calls nothing; "reference", one that runs the reference's update on them. Made here, never sent by a child. Not
+    measured where the problem's other checks raised where the reference's did not (it fails on those; a stub
+    raises at once, under any allowance)."""
     for pid, cs in checks.items():
         rest = got.get(pid)
         if not isinstance(rest, list) or not any(c.get("peak") for c in cs):
@@ -794,22 +797,25 @@ def with_peaks(checks, want, got, measure):
         for c in cs:
             peaks = (measure(pid, c) if ran else (None, None)) if c.get("peak") else None
             if peaks and peaks[0] is not None and peaks[1] is None:
-                raise GraderFailure(f"{pid}: the release's stubs gave no result on {c['name']!r}")
-            out.append(dict(zip(("peak", "baseline"), peaks)) if peaks else next(rest, None))
+                raise GraderFailure(f"{pid}: the {c['peak']['against']}'s child gave no result on {c['name']!r}")
+            out.append(dict(zip(("peak", "other"), peaks)) if peaks else next(rest, None))
         got[pid] = out
 
 
 def peak_verdict(c, got, what):
-    """None if the hand-in's child held at most c["peak"]["allowance"] bytes more at its peak than the baseline."""
-    peak, base = got.get("peak"), got.get("baseline")
-    if not isinstance(peak, int) or not isinstance(base, int):
+    """None if the hand-in's child held at most c["peak"]["allowance"] bytes more at its peak than the other child."""
+    peak, other = got.get("peak"), got.get("other")
+    if not isinstance(peak, int) or not isinstance(other, int):
         return f"{what}: not measured (its child gave no result, or the problem's other checks raised)"
-    if peak - base <= c["peak"]["allowance"]:
+    if peak - other <= c["peak"]["allowance"]:
         return None
-    return (f"{what}: the process held {(peak - base) / 2**20:.0f} MiB more at its peak than one that only built "
-            f"the same inputs (the kernel's count), at most {c['peak']['allowance'] / 2**20:.0f} MiB (one "
-            "micro-batch's (tokens, V) logits): backward each micro-batch as it is done, and take log-probs and "
-            "entropy from policy_logp, never from the whole logits")
+    held = f"{what}: the process held {(peak - other) / 2**20:.0f} MiB more at its peak than one that "
+    limit = f" (the kernel's count), at most {c['peak']['allowance'] / 2**20:.0f} MiB"
+    if c["peak"]["against"] == "reference":
+        return (held + "ran the reference's update on the same inputs" + limit + ": backward each micro-batch as it "
+                "is done, and run the reference model's forward without gradients")
+    return (held + "only built the same inputs" + limit + " (one micro-batch's (tokens, V) logits): backward each "
+            "micro-batch as it is done, and take log-probs and entropy from policy_logp, never from the whole logits")
 
 
 def rl_charges(want, got, passing, rerun=None):

@@ -570,7 +570,7 @@ def run_check(modules, check, record=False):
         if watch is not None:
             result["frozen"] = watch.report()
         if check.get("detached_out"):         # returned tensors that keep a graph keep its memory alive
-            result["out_graph"] = sum(bool(t.requires_grad) for t in tensors(out))
+            result["out_graph"] = sum(REQUIRES_GRAD(t) for t in tensors(out))
         if check.get("grad"):
             y = pick(out, check.get("grad_of", []))
             grads = {}
@@ -604,7 +604,12 @@ def run_check(modules, check, record=False):
             torch.distributed.destroy_process_group()
 
 
-EQUAL = torch.equal    # bound before any graded file is imported: one that replaces torch.equal decides nothing here
+# Bound before any graded file is imported: one that replaces torch.equal, Tensor.requires_grad or .grad (or
+# returns a subclass that overrides them) or Module.register_forward_hook decides nothing here. The C
+# descriptors belong to an immutable type. What is decided in this process stays forgeable by code that patches
+# this module itself: grade.py measures the update's memory from outside (grade.peak_rss).
+EQUAL, HOOK = torch.equal, torch.nn.Module.register_forward_hook
+REQUIRES_GRAD, GRAD = torch._C.TensorBase.requires_grad.__get__, torch._C.TensorBase.grad.__get__
 
 
 class Frozen:
@@ -615,13 +620,13 @@ class Frozen:
     def __init__(self, model):
         self.model, self.graph = model, False
         self.before = [p.detach().clone() for p in model.parameters()]
-        self.hooks = [m.register_forward_hook(self.seen) for m in model.modules()]
+        self.hooks = [HOOK(m, self.seen) for m in model.modules()]
 
     def seen(self, module, inputs, output):
-        self.graph = self.graph or any(bool(t.requires_grad) for t in tensors(output))
+        self.graph = self.graph or any(REQUIRES_GRAD(t) for t in tensors(output))
 
     def report(self):
-        return {"graph": self.graph, "grad": any(p.grad is not None for p in self.model.parameters()),
+        return {"graph": self.graph, "grad": any(GRAD(p) is not None for p in self.model.parameters()),
                 "moved": not all(EQUAL(p.detach(), b) for p, b in zip(self.model.parameters(), self.before))}
 
     def remove(self):

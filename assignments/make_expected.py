@@ -371,11 +371,11 @@ def maze_reward(g):
     return out
 
 
-def qwen2(g, V, hidden=8, positions=64, seed=None):
-    """A random 1-layer Qwen2 as plain data (harness.dec builds it, float64); with a seed, its weights are drawn
+def qwen2(g, V, hidden=8, positions=64, seed=None, layers=1):
+    """A random Qwen2 as plain data (harness.dec builds it, float64); with a seed, its weights are drawn
     there (a model too large to store in expected.json)."""
     from transformers import Qwen2Config, Qwen2ForCausalLM
-    config = dict(vocab_size=V, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=1,
+    config = dict(vocab_size=V, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
                   num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=positions,
                   tie_word_embeddings=False)
     if seed is not None:
@@ -440,7 +440,7 @@ def update(g):
     # entropy must come from policy_logp's chunked head, never from the whole logits (App. B's memory)
     out.append(call("vocabulary 256, entropy bonus: no whole logits", {"entropy_coef": 0.05}, None, A, None,
                     models=(qwen2(g, 256), None), saved_bytes=True))
-    out.append(peak(g, base))
+    out += [peak(g, base), graph_peak(g, base)]
     # Two real ranks, FSDP2: rank 1 holds the group without signal, so it has half rank 0's live rows; one
     # row a pass, every rank makes rank 0's count, so rank 1 runs empty passes (weight 0) to pair with rank
     # 0's; the loss divides by counts summed over both ranks (x world undoes FSDP's mean), the metrics are
@@ -461,26 +461,48 @@ def update(g):
     return out
 
 
-def peak(g, base):
+def peak(g, base, V=16384, hidden=16, layers=1, mb=16, against="baseline", allowance=None, **kw):
     """The update's memory as the kernel counts it, which no code in the process can change: the check runs alone in
-    a child of its own, and grade.py compares that child's peak resident memory with a child's that imports the
-    release's stubs and builds the same inputs but calls nothing (grade.peak_rss). At V = 16384 one micro-batch's
-    (tokens, V) float64 logits are 128 MiB, the allowance; the reference's update adds 50 MiB (gradients, the
-    head's 4 MiB chunks, the autograd engine's start), one that holds the whole logits of a micro-batch 800 MiB.
-    Only the peak is judged (values: the other checks), with the grader's chunked head (harness.chunked_head) in
-    place of the hand-in's head_logp: Problem 13 may hold its logits (a plain head keeps full marks there)."""
-    S, Tp, Tc, mb, V = 32, 16, 64, 16, 16384
+    a child of its own, and grade.py compares that child's peak resident memory with another child's (grade.peak_rss):
+    against="baseline", one that imports the release's stubs and builds the same inputs but calls nothing; against=
+    "reference", one that runs the reference's update on them (the teacher's grader only: a student copy has no
+    reference to run). Only the peak is judged (values: the other checks), with the grader's chunked head
+    (harness.chunked_head) in place of the hand-in's head_logp: Problem 13 may hold its logits (a plain head keeps full
+    marks there). Two micro-batches of mb sequences, 16 prompt and 64 completion tokens each, KL and entropy bonus on.
+
+    The defaults, against the baseline: at V = 16384 one micro-batch's (tokens, V) float64 logits are 128 MiB, the
+    allowance; the reference's update adds 50 MiB (gradients, the head's 4 MiB chunks, the autograd engine's start),
+    one that holds the whole logits of a micro-batch 800 MiB."""
+    S, Tp, Tc = 2 * mb, 16, 64
     prompts = [torch.randint(1, V, (Tp,), generator=g).tolist() for _ in range(S // 4) for _ in range(4)]
     completions = [torch.randint(1, V, (Tc,), generator=g).tolist() for _ in range(S)]
     seeds = torch.randint(0, 2**31, (2,), generator=g).tolist()
-    policy, ref = (qwen2(g, V, hidden=16, positions=128, seed=s) for s in seeds)
+    policy, ref = (qwen2(g, V, hidden=hidden, positions=128, seed=s, layers=layers) for s in seeds)
     cfg = {**base, "group_size": 4, "micro_batch_size": mb, "max_response_len": Tc, "entropy_coef": 0.05,
-           "kl_coef": 0.1}
+           "kl_coef": 0.1, **kw}
+    name = "peak memory, the kernel's count: " + ("no whole logits" if against == "baseline" else
+                                                  "one micro-batch's graph at a time, none for the reference")
     return check("update", "train.update_minibatch",
                  [policy, ref, prompts, completions, torch.randn(S, generator=g, dtype=F64), None],
-                 {"cfg": {"namespace": cfg}, "pad_id": 0, "device": "cpu", "world": 1},
-                 "peak memory, the kernel's count: no whole logits", chunk_bytes=4 << 20, dist=True,
-                 chunked_head="fgrpo_utils.logprob.head_logp", peak={"allowance": mb * Tc * V * 8})
+                 {"cfg": {"namespace": cfg}, "pad_id": 0, "device": "cpu", "world": 1}, name, chunk_bytes=4 << 20,
+                 dist=True, chunked_head="fgrpo_utils.logprob.head_logp",
+                 peak={"against": against, "allowance": allowance or mb * Tc * V * 8})
+
+
+def graph_peak(g, base):
+    """The graph's memory, against the reference's own child, which the harness's own counts in the hand-in's process
+    (SavedBytes, Frozen) also see but cannot defend. At 12 layers of width 64, rows padded (a packed micro-batch's
+    (tokens, tokens) mask would outweigh the layers), the reference's update holds 280 MiB over a baseline; one that
+    keeps two micro-batches' graphs (one backward at the end) or a graph of the reference model (its forward with
+    gradients, even detached after) 240-250 MiB more; the six correct alternatives within 1 MiB of the reference.
+    The allowance, 64 MiB, leaves room for a hand-in's own imports."""
+    return peak(g, base, V=256, hidden=64, layers=12, mb=32, against="reference", allowance=64 << 20,
+                padding_free=False)
+
+
+def teacher_only(c):
+    """A check only the teacher's grader can run (peak against the reference): left out of expected.json."""
+    return c.get("peak", {}).get("against") == "reference"
 
 
 BUILDERS = {"group_advantages": group_advantages, "success_rate": success_rate, "focal_weight": focal_weight,
@@ -588,7 +610,7 @@ def rl_steps_agree(got, want):
 
 
 def public_text(modules):
-    cs = checks(0)
+    cs = {pid: [c for c in cs if not teacher_only(c)] for pid, cs in checks(0).items()}
     results = answer(cs, modules)
     return json.dumps(to_json({"about": "the public checks (seed 0) with the reference's results; written by "
                                         "make_expected.py, do not edit", "checks": cs, "results": results}),

@@ -345,6 +345,11 @@ FILE_EDITS = {
                             "logp, H_tok = token_logp(z, batch), entropy_from_logits(z) * batch['completion_mask']", {"update"}),
     "update_returned_log_probs_keep_their_graph": ("train.py", "return loss, diag, logp.detach().cpu()",
                                               "return loss, diag, logp.cpu()", {"update"}),
+    # the same, behind a subclass whose requires_grad says False (harness.REQUIRES_GRAD reads the C descriptor)
+    "update_returned_log_probs_keep_their_graph_behind_a_subclass": ("train.py", [
+        ("import torch\n", "import torch\n\n\nclass _Blind(torch.Tensor):\n    requires_grad = property(lambda s: False)\n"),
+        ("return loss, diag, logp.detach().cpu()",
+         "return loss, diag, logp.cpu().as_subclass(_Blind) if world == 1 else logp.detach().cpu()")], {"update"}),
     "update_kl_metric_over_padding": ("train.py", 'diag["kl/k3"] = token_mean(kl.detach(), mask, n_tok)',
                                       'diag["kl/k3"] = kl.detach().mean() * len(mb) / n_seq', {"update"}),
     "update_entropy_metric_over_padding": ("train.py", 'diag["entropy"] = token_mean(H_tok.detach(), mask, n_tok) * diag_scale',

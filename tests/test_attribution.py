@@ -212,8 +212,10 @@ def test_code_that_knows_when_it_is_graded_is_graded_as_it_trains(name, tmp_path
     assert {pid for pid, p in report["problems"].items() if p["points"] < p["max"]} == {"update"}, report["problems"]
 
 
-# A hand-in that forges what the harness measures in its process: the whole logits held, the harness's count of
-# what autograd saves (SavedBytes) replaced by one that counts nothing
+# Hand-ins that forge what the harness measures in its process: the harness's count of what autograd saves
+# (SavedBytes) replaced by one that counts nothing, or its report on the reference model (Frozen) by one that saw
+# nothing, each behind an update that holds more than the reference's: the whole logits, two micro-batches' graphs
+# (one backward at the end), a graph of the reference model
 QUIET = """import sys as _sys
 _harness = _sys.modules.get("__main__")
 if hasattr(_harness, "SavedBytes"):
@@ -223,15 +225,24 @@ if hasattr(_harness, "SavedBytes"):
             super().__init__(lambda t: t, lambda t: t)
     _harness.SavedBytes = _Quiet
 """
+BLIND = """import sys as _sys
+_harness = _sys.modules.get("__main__")
+if hasattr(_harness, "Frozen"):
+    _harness.Frozen.report = lambda self: {"graph": False, "grad": False, "moved": False}
+"""
 FORGES = {"update_whole_logits_behind_a_count_that_counts_nothing": [
-    ("import torch\n", "import torch\n" + QUIET), tuple(FILE_EDITS["update_whole_logits"][1:3])]}
+              ("import torch\n", "import torch\n" + QUIET), tuple(FILE_EDITS["update_whole_logits"][1:3])],
+          "update_one_backward_at_the_end_behind_a_count_that_counts_nothing": [
+              ("import torch\n", "import torch\n" + QUIET), *FILE_EDITS["update_one_backward_at_the_end"][1]],
+          "update_reference_forward_with_grad_behind_a_report_that_saw_nothing": [
+              ("import torch\n", "import torch\n" + BLIND), tuple(FILE_EDITS["update_reference_forward_with_grad"][1:3])]}
 
 
 @pytest.mark.parametrize("name", sorted(FORGES))
 def test_what_the_graded_code_could_forge_is_measured_outside_it(name, tmp_path):
     """The update's peak memory is the kernel's count for a child that runs that check alone, beside a child that
-    only builds its inputs (grade.peak_rss): a hand-in that holds the whole logits and quiets the harness's own count
-    loses Problem 15 (before: 24 / 24)."""
+    only builds its inputs, or one that runs the reference's update (grade.peak_rss): each loses Problem 15 (before:
+    24 / 24 each, graded by the grader of c06f6eb and of 8c16e3d)."""
     report = grade_dir(hand_in(tmp_path / "hand-in", "train.py", edited(name, "train.py", FORGES[name])), tmp_path)
     assert {pid for pid, p in report["problems"].items() if p["points"] < p["max"]} == {"update"}, report["problems"]
     assert "the kernel's count" in " ".join(report["problems"]["update"]["failed"])
