@@ -15,7 +15,9 @@ no network, the Python and the system read-only, no other file of this machine i
 them and runs each check's call (assignments/harness.py); it sends back what the calls returned
 through a pipe and decides nothing. This process compares those results with the reference's, and
 prints its last line only once every process of the sandbox is gone, so nothing the child does at
-import, at exit or to its files changes a score. Each problem has a known number of checks: a missing
+import, at exit or to its files changes a score. What the update holds is read from outside: the kernel's
+count of peak memory for a child that runs that check alone, beside one that only builds its inputs and, in
+the teacher's repository, one that runs the reference's update (peak_rss). Each problem has a known number of checks: a missing
 result counts as failed, and a problem scores its points only when every check passes. In the
 teacher's repository the checks are the public ones (expected.json, shipped to students) plus hidden
 ones drawn from --seed (a new one each run unless given) and answered by the reference in this
@@ -756,9 +758,9 @@ def grade_problems(src, args, bwrap):
         if stuck:                       # a rank out of time: a loaded machine, or the hand-in; once more, twice the time
             again = {pid: [harness.more_time(c) for c in together[pid]] for pid in stuck}
             got.update(run_child(folder, again, stuck, args, bwrap)[0])
-        with_peaks(checks, want, got, lambda pid, c: (peak_rss(folder, pid, c, args, bwrap), peak_rss(reference(), pid, c, args, bwrap)
-                                                      if c["peak"]["against"] == "reference" else
-                                                      peak_rss(stubs(), pid, {**c, "baseline": True}, args, bwrap)))
+        with_peaks(checks, want, got, lambda pid, c: (
+            peak_rss(folder, pid, c, args, bwrap), peak_rss(reference(), pid, c, args, bwrap)
+            if c["peak"]["against"] == "reference" else peak_rss(stubs(), pid, {**c, "baseline": True}, args, bwrap)))
     rows, passing = [], []
     for pid, points, functions, about in PROBLEMS:
         mine = got.get(pid) if isinstance(got.get(pid), list) else []
@@ -861,11 +863,11 @@ def rerun_rl(src, args, bwrap, check, swap):
 # What each metric of an RL step involves, in the order a step computes them (harness.RL_METRICS); a
 # later step involves all of TRAINING, since every update changed the weights it samples from.
 CHAIN = ["group_advantages", "success_rate", "focal_weight", "focal_advantages"]
-TRAINING = CHAIN + ["token_mean", "aggregate", "clip_bounds", "policy_loss", "logprobs", "update"]
+TRAINING = CHAIN + ["token_mean", "aggregate", "clip_bounds", "policy_loss", "kl_k3", "logprobs", "update"]
 INVOLVED = {"reward/mean": [], "adv/abs_mean_pre": ["group_advantages"],
             "focal/g_mean": ["success_rate", "focal_weight", "focal_advantages"], "adv/abs_mean_post": CHAIN,
             "logp/diff_abs_mean": ["logprobs", "update"], "entropy": ["logprobs", "update"],
-            **{k: ["token_mean", "aggregate", "clip_bounds", "policy_loss", "logprobs", "update"]
+            **{k: ["token_mean", "aggregate", "clip_bounds", "policy_loss", "kl_k3", "logprobs", "update"]
                for k in ("loss/pg", "ratio/max", "grad_norm")}}
 RAN = ["focal_properties", *TRAINING]          # what a step runs; the maze's also maze_reward
 

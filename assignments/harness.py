@@ -639,11 +639,13 @@ class Frozen:
 
 RL = "rl_steps"                    # the check's name, beside the problems'
 RL_STEPS = 3                       # steps of the toy task (its random policy already gets partial rewards)
-# The RL run (rl_run): (task label, steps, train.py flags). The toy task off-policy (two mini-batches); again at the
-# class run's batch (HANDOUT E3: 32 prompts x N = 8, one mini-batch of four micro-batches of 64), so an update that
-# behaves only at the checks' sizes (32 sequences at most) shows in the second step's metrics; the maze's random
-# policy, whose groups have no signal (the update's empty path).
-RL_RUNS = [("reverse", RL_STEPS, dict(prompts_per_step=8, mini_batch_prompts=4, gamma=0.5, lr=3e-3)),
+# The RL run (rl_run): (task label, steps, train.py flags). The toy task off-policy (two mini-batches), with a KL
+# to the reference model strong enough that a reference moved after its use in one mini-batch moves the next one's
+# gradient (by 1e-3 a weight: grad_norm 2e-4 relative in step 1, 9e-3 in step 3), so that shows in values judged
+# outside the child; again at the class run's batch (HANDOUT E3: 32 prompts x N = 8, one mini-batch of four micro-
+# batches of 64), so an update that behaves only at the checks' sizes (32 sequences at most) shows in the second
+# step's metrics; the maze's random policy, whose groups have no signal (the update's empty path).
+RL_RUNS = [("reverse", RL_STEPS, dict(prompts_per_step=8, mini_batch_prompts=4, gamma=0.5, lr=3e-3, kl_coef=0.1)),
            ("reverse, class batch", 2, dict(prompts_per_step=32, mini_batch_prompts=32, group_size=8,
                                             micro_batch_size=64, gamma=0.5, lr=3e-3)),
            ("maze", 1, dict(maze_size=7, prompts_per_step=4, mini_batch_prompts=4, eval_mazes=0, lr=1e-4))]

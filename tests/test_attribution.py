@@ -214,8 +214,9 @@ def test_code_that_knows_when_it_is_graded_is_graded_as_it_trains(name, tmp_path
 
 # Hand-ins that forge what the harness measures in its process: the harness's count of what autograd saves
 # (SavedBytes) replaced by one that counts nothing, or its report on the reference model (Frozen) by one that saw
-# nothing, each behind an update that holds more than the reference's: the whole logits, two micro-batches' graphs
-# (one backward at the end), a graph of the reference model
+# nothing, each behind an update that holds more than the reference's (the whole logits, two micro-batches' graphs
+# in one backward at the end, a graph of the reference model) or moves the reference model after its last use.
+# (the edits, what shows the mistake from outside the child)
 QUIET = """import sys as _sys
 _harness = _sys.modules.get("__main__")
 if hasattr(_harness, "SavedBytes"):
@@ -230,22 +231,29 @@ _harness = _sys.modules.get("__main__")
 if hasattr(_harness, "Frozen"):
     _harness.Frozen.report = lambda self: {"graph": False, "grad": False, "moved": False}
 """
-FORGES = {"update_whole_logits_behind_a_count_that_counts_nothing": [
-              ("import torch\n", "import torch\n" + QUIET), tuple(FILE_EDITS["update_whole_logits"][1:3])],
-          "update_one_backward_at_the_end_behind_a_count_that_counts_nothing": [
-              ("import torch\n", "import torch\n" + QUIET), *FILE_EDITS["update_one_backward_at_the_end"][1]],
-          "update_reference_forward_with_grad_behind_a_report_that_saw_nothing": [
-              ("import torch\n", "import torch\n" + BLIND), tuple(FILE_EDITS["update_reference_forward_with_grad"][1:3])]}
+KERNEL, RL_RUN = "the kernel's count", "the RL run (reverse task"
+FORGES = {"update_whole_logits_behind_a_count_that_counts_nothing": ([
+              ("import torch\n", "import torch\n" + QUIET), tuple(FILE_EDITS["update_whole_logits"][1:3])], KERNEL),
+          "update_one_backward_at_the_end_behind_a_count_that_counts_nothing": ([
+              ("import torch\n", "import torch\n" + QUIET), *FILE_EDITS["update_one_backward_at_the_end"][1]], KERNEL),
+          "update_reference_forward_with_grad_behind_a_report_that_saw_nothing": ([
+              ("import torch\n", "import torch\n" + BLIND), tuple(FILE_EDITS["update_reference_forward_with_grad"][1:3])],
+              KERNEL),
+          "update_moves_the_reference_behind_a_report_that_saw_nothing": ([
+              ("import torch\n", "import torch\n" + BLIND),
+              TELLS["update_moves_the_reference_behind_a_replaced_torch_equal"][1]], RL_RUN)}
 
 
 @pytest.mark.parametrize("name", sorted(FORGES))
 def test_what_the_graded_code_could_forge_is_measured_outside_it(name, tmp_path):
-    """The update's peak memory is the kernel's count for a child that runs that check alone, beside a child that
-    only builds its inputs, or one that runs the reference's update (grade.peak_rss): each loses Problem 15 (before:
-    24 / 24 each, graded by the grader of c06f6eb and of 8c16e3d)."""
-    report = grade_dir(hand_in(tmp_path / "hand-in", "train.py", edited(name, "train.py", FORGES[name])), tmp_path)
+    """What the update holds is the kernel's count of peak memory for a child that runs that check alone, beside a
+    child that only builds its inputs, or one that runs the reference's update (grade.peak_rss); a reference moved
+    after its use moves the next mini-batch's KL gradient in the RL run, whose metrics are judged here. Each loses
+    Problem 15 (before: 24 / 24 each, graded by the grader of c06f6eb and of 8c16e3d)."""
+    edits, shown_by = FORGES[name]
+    report = grade_dir(hand_in(tmp_path / "hand-in", "train.py", edited(name, "train.py", edits)), tmp_path)
     assert {pid for pid, p in report["problems"].items() if p["points"] < p["max"]} == {"update"}, report["problems"]
-    assert "the kernel's count" in " ".join(report["problems"]["update"]["failed"])
+    assert shown_by in " ".join(report["problems"]["update"]["failed"])
 
 
 UNIT_LOSSES = """
