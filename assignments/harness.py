@@ -569,7 +569,7 @@ def run_check(modules, check, record=False):
         result["out"] = enc(out)
         if watch is not None:
             result["frozen"] = watch.report()
-        if check.get("detached_out"):         # returned tensors that keep a graph keep its memory alive
+        if check.get("detached_out"):         # returned log-probs are pi_old: a constant wherever they are used again
             result["out_graph"] = sum(REQUIRES_GRAD(t) for t in tensors(out))
         if check.get("grad"):
             y = pick(out, check.get("grad_of", []))
