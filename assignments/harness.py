@@ -605,10 +605,10 @@ def run_check(modules, check, record=False):
 
 
 # Bound before any graded file is imported: one that replaces torch.equal, Tensor.requires_grad or .grad (or
-# returns a subclass that overrides them) or Module.register_forward_hook decides nothing here. The C
-# descriptors belong to an immutable type. What is decided in this process stays forgeable by code that patches
-# this module itself: grade.py measures the update's memory from outside (grade.peak_rss).
-EQUAL, HOOK = torch.equal, torch.nn.Module.register_forward_hook
+# returns a subclass that overrides them), Module.register_forward_hook or torch.save (the frames' sender) decides
+# nothing here. The C descriptors belong to an immutable type. What is decided in this process stays forgeable by
+# code that patches this module itself: grade.py measures the update's memory from outside (grade.peak_rss).
+EQUAL, HOOK, SAVE = torch.equal, torch.nn.Module.register_forward_hook, torch.save
 REQUIRES_GRAD, GRAD = torch._C.TensorBase.requires_grad.__get__, torch._C.TensorBase.grad.__get__
 
 
@@ -818,7 +818,7 @@ def graded_modules():
 def send(out, obj):
     """One frame to grade.py: 8 bytes of length, then obj as torch.save'd plain data."""
     buf = io.BytesIO()
-    torch.save(obj, buf)
+    SAVE(obj, buf)
     out.write(len(buf.getvalue()).to_bytes(8, "little") + buf.getvalue())
     out.flush()
 
