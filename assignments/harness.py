@@ -417,7 +417,7 @@ def ranks_once(modules, check, record):
     ctx.set_forkserver_preload(["torch", *sources])
     store, q = os.path.join(tempfile.mkdtemp(), "store"), ctx.Queue()
     blob = io.BytesIO()              # as bytes: the server would get a tensor as a file descriptor, and a check
-    torch.save(check, blob)          # with over 250 of them failed to start ("too many fds")
+    SAVE(check, blob)                # with over 250 of them failed to start ("too many fds")
     procs = [ctx.Process(target=rank_main, args=(r, blob.getvalue(), sources, record, store, q), daemon=True)
              for r in range(n)]
     for p in procs:
@@ -496,7 +496,7 @@ def rank_main(rank, check, sources, record, store, q):
     args = rank_args(check, rank)
     torch.manual_seed(0)
     buf = io.BytesIO()                          # plain bytes: no tensor shared with a process about to end
-    torch.save(run_check(modules, {**check, "ranks": None, "args": args, "shard": True}, record), buf)
+    SAVE(run_check(modules, {**check, "ranks": None, "args": args, "shard": True}, record), buf)
     q.put((rank, buf.getvalue()))
     torch.distributed.barrier()
     torch.distributed.destroy_process_group()
