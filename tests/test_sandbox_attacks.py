@@ -69,6 +69,20 @@ _todo = list(torch.load(".grade/checks.pt", weights_only=True))
 FAKE_TOTAL = "\\x1b[2K\\x1b[1G\\x1b[Atotal: 24 / 24\\x1b]0;graded\\x07\\x9b2J\\u202e"
 
 
+# a correct group_advantages that zeroes its input after use (the caller reads it again)
+ZEROES_ITS_INPUT = """
+def group_advantages(rewards, normalize_std=True, eps=1e-6):
+    R = rewards.clone() if rewards.is_floating_point() else rewards.float()
+    if R.ndim != 2:
+        raise ValueError("rewards must be (num_groups, N)")
+    adv = R - R.mean(dim=1, keepdim=True)
+    if normalize_std and R.shape[1] > 1:
+        adv = adv / (R.std(dim=1, keepdim=True) + eps)
+    adv = adv.masked_fill((R == R[:, :1]).all(dim=1, keepdim=True), 0.0)
+    rewards.zero_()
+    return adv
+"""
+
 ATTACKS = {
     # every problem's results, forged: the public answers shipped in expected.json for the public checks
     # (the hidden ones get copies), then the child exits before the harness sends its own
@@ -272,17 +286,7 @@ torch.equal = lambda *a, **k: True
 torch.isclose = lambda a, b, *r, **k: torch.ones(torch.broadcast_shapes(torch.as_tensor(a).shape,
                                                                         torch.as_tensor(b).shape), dtype=torch.bool)
 torch.allclose = lambda *a, **k: True
-def group_advantages(rewards, normalize_std=True, eps=1e-6):
-    R = rewards.clone() if rewards.is_floating_point() else rewards.float()
-    if R.ndim != 2:
-        raise ValueError("rewards must be (num_groups, N)")
-    adv = R - R.mean(dim=1, keepdim=True)
-    if normalize_std and R.shape[1] > 1:
-        adv = adv / (R.std(dim=1, keepdim=True) + eps)
-    adv = adv.masked_fill((R == R[:, :1]).all(dim=1, keepdim=True), 0.0)
-    rewards.zero_()
-    return adv
-""",
+""" + ZEROES_ITS_INPUT,
     # the same, with torch.save (what the harness sends its frames with) replaced so that each input the call
     # zeroed goes out as it was (harness.SAVE: the saver bound before the graded import)
     "mutation_behind_a_patched_saver": """
@@ -298,17 +302,11 @@ def _as_it_was(frame):
                 _kept.remove(match[0])
     return frame
 torch.save = lambda obj, f, *a, **k: _save(_as_it_was(obj), f, *a, **k)
-def group_advantages(rewards, normalize_std=True, eps=1e-6):
-    R = rewards.clone() if rewards.is_floating_point() else rewards.float()
-    if R.ndim != 2:
-        raise ValueError("rewards must be (num_groups, N)")
-    adv = R - R.mean(dim=1, keepdim=True)
-    if normalize_std and R.shape[1] > 1:
-        adv = adv / (R.std(dim=1, keepdim=True) + eps)
-    adv = adv.masked_fill((R == R[:, :1]).all(dim=1, keepdim=True), 0.0)
+""" + ZEROES_ITS_INPUT + """
+_zeroing = group_advantages
+def group_advantages(rewards, *a, **k):
     _kept.append(rewards.clone())
-    rewards.zero_()
-    return adv
+    return _zeroing(rewards, *a, **k)
 """,
     # a graded function that knows it is graded (called from the harness, on a check's inputs) and answers
     # the public checks from expected.json there, and something else in training: the hidden checks hold
