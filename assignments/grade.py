@@ -9,20 +9,20 @@ assignments/HANDOUT.md from the files the runs wrote.
     python assignments/grade.py SUBMISSION --runs SUBMISSION --json grades/alice.json
 
 How: only the graded files (problems.GRADED_FILES) are taken from SUBMISSION, into a throwaway folder
-that holds the student release (make_student_copy.py, from this repository's HEAD; in a student copy,
-the files it shipped with). A child process runs there in a sandbox (bubblewrap: its own PID namespace,
-no network, the Python and the system read-only, no other file of this machine in sight), imports
-them and runs each check's call (assignments/harness.py); it sends back what the calls returned
-through a pipe and decides nothing. This process compares those results with the reference's, and
-prints its last line only once every process of the sandbox is gone, so nothing the child does at
-import, at exit or to its files changes a score. What the update holds is read from outside: the kernel's
-count of peak memory for a child that runs that check alone, beside one that only builds its inputs and, in
-the teacher's repository, one that runs the reference's update (peak_rss). Each problem has a known number of checks: a missing
-result counts as failed, and a problem scores its points only when every check passes. In the
-teacher's repository the checks are the public ones (expected.json, shipped to students) plus hidden
-ones drawn from --seed (a new one each run unless given) and answered by the reference in this
-process; a student copy has the public ones only. Without bubblewrap the teacher's grading is refused
-(--no_sandbox true accepts the risk); a student copy grades its own code unsandboxed, with a note.
+that holds the student release (make_student_copy.py, from this repository's HEAD; in a student copy, the
+files it shipped with). A child process runs there in a sandbox (bubblewrap: its own PID namespace, no
+network, the Python and the system read-only, no other file of this machine in sight), imports them and
+runs each check's call (assignments/harness.py); it sends back what the calls returned through a pipe and
+decides nothing. This process compares those results with the reference's, and prints its last line only
+once every process of the sandbox is gone, so nothing the child does at import, at exit or to its files
+changes a score. What the update holds is read from outside: the kernel's count of peak memory for a
+child that runs that check alone, beside one that only builds its inputs and, in the teacher's
+repository, one that runs the reference's update (peak_rss). Each problem has a known number of checks: a
+missing result counts as failed, and a problem scores its points only when every check passes. In the
+teacher's repository the checks are the public ones (expected.json, shipped to students) plus hidden ones
+drawn from --seed (a new one each run unless given) and answered by the reference in this process; a
+student copy has the public ones only. Without bubblewrap the teacher's grading is refused (--no_sandbox
+true accepts the risk); a student copy grades its own code unsandboxed, with a note.
 
 Limits: --import_timeout for importing the graded files, --timeout per problem (the child is then
 restarted for the rest), --budget for all of a hand-in's checks (a hand-in that hangs everywhere
